@@ -1,0 +1,175 @@
+/*
+ * cnx/precomputed.h - Neuroglancer precomputed volume layers.
+ *
+ * A layer is a store URL holding `info` (JSON) and, per scale, chunk objects
+ * named "<key>/x0-x1_y0-y1_z0-z1". Encodings: `raw` (little-endian, x
+ * fastest, then y, z, channel) and `compressed_segmentation` (uint32/uint64).
+ * Reads assemble any box from whatever chunking the layer has; writes take
+ * chunk-aligned volumes and put every chunk write-once, returning each
+ * object's digest for the manifest. Every chunk read may be checked against
+ * a digest its task expects.
+ */
+#ifndef CNX_PRECOMPUTED_H
+#define CNX_PRECOMPUTED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cnx/digest.h"
+#include "cnx/geom.h"
+#include "cnx/store.h"
+#include "cnx/volume.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cnx_layer_type {
+    CNX_LAYER_IMAGE = 1,
+    CNX_LAYER_SEGMENTATION = 2,
+} cnx_layer_type;
+
+typedef enum cnx_encoding {
+    CNX_ENC_RAW = 1,
+    CNX_ENC_CSEG = 2, /* compressed_segmentation */
+} cnx_encoding;
+
+#define CNX_MAX_SCALES 16
+#define CNX_SCALE_KEY_MAX 128
+
+typedef struct cnx_scale {
+    char key[CNX_SCALE_KEY_MAX]; /* sub-directory, a valid object name */
+    int64_t size[3];
+    double resolution[3];        /* nm */
+    int64_t voxel_offset[3];
+    int64_t chunk[3];            /* the first of chunk_sizes */
+    cnx_encoding encoding;
+    int64_t cseg_block[3];       /* compressed_segmentation_block_size */
+} cnx_scale;
+
+typedef struct cnx_layer_info {
+    cnx_layer_type type;
+    cnx_dtype dtype;
+    int64_t channels;
+    int nscales;
+    cnx_scale scales[CNX_MAX_SCALES];
+    char mesh[CNX_SCALE_KEY_MAX];     /* "" if none */
+    char segment_properties[CNX_SCALE_KEY_MAX]; /* "" if none */
+} cnx_layer_info;
+
+/**
+ * Fill info with one scale: key "<rx>_<ry>_<rz>" from the resolution, the
+ * given size and chunk, offset 0, encoding raw for images and
+ * compressed_segmentation (block 8,8,8) for segmentations.
+ */
+void cnx_info_init(cnx_layer_info *info, cnx_layer_type type, cnx_dtype dtype,
+                   const int64_t size[3], const double resolution[3],
+                   const int64_t chunk[3]);
+
+/**
+ * Parse and check an `info` document. Unknown top-level keys are kept out of
+ * the struct but accepted (other tools add their own); every field we use is
+ * checked and a bad one named ("info: scales[0].chunk_sizes: ...").
+ * @return 0; CNX_ECORRUPT for malformed JSON or a bad field;
+ *         CNX_EUNSUPPORTED for a valid encoding we lack (jpeg).
+ */
+int cnx_info_parse(cnx_layer_info *info, const char *json, size_t len);
+
+/**
+ * Serialise info as canonical JSON (sorted keys, no whitespace).
+ * @param[out] out  caller frees with free()
+ */
+int cnx_info_to_json(const cnx_layer_info *info, char **out);
+
+/** @return the chunk grid of scale s. */
+cnx_grid cnx_info_grid(const cnx_layer_info *info, int s);
+
+/**
+ * Encode one chunk (vol->box must be a chunk of scale s).
+ * @param[out] out  caller frees with free()
+ */
+int cnx_chunk_encode(const cnx_layer_info *info, int s, const cnx_volume *vol,
+                     uint8_t **out, size_t *len);
+/**
+ * Decode one chunk's bytes into vol (vol->box is the chunk's box; its type
+ * and channels match info). A wrong size or corrupt data is CNX_ECORRUPT.
+ */
+int cnx_chunk_decode(const cnx_layer_info *info, int s, const uint8_t *data,
+                     size_t len, cnx_volume *vol);
+
+typedef struct cnx_layer cnx_layer;
+
+/**
+ * Create a layer at url: write its info (write-once: an identical existing
+ * info is fine, a different one is CNX_EIMMUTABLE).
+ */
+int cnx_layer_create(cnx_layer **out, const char *url,
+                     const cnx_layer_info *info);
+/** Open an existing layer by reading and checking its info. */
+int cnx_layer_open(cnx_layer **out, const char *url);
+void cnx_layer_free(cnx_layer *layer);
+/** @return the layer's info (borrowed). */
+const cnx_layer_info *cnx_layer_get_info(const cnx_layer *layer);
+/** @return the layer's store (borrowed). */
+cnx_store *cnx_layer_store(cnx_layer *layer);
+
+/** Chunk object name of box at scale s: "<key>/x0-x1_y0-y1_z0-z1". */
+int cnx_layer_chunk_name(const cnx_layer_info *info, int s, const cnx_box *box,
+                         char *buf, size_t n);
+
+/** An object written or read, with its digest. */
+typedef struct cnx_object {
+    char name[256];
+    char digest[CNX_DIGEST_LEN];
+} cnx_object;
+
+/** A growable list of objects (for manifests). */
+typedef struct cnx_object_list {
+    cnx_object *items;
+    size_t count;
+    size_t cap;
+} cnx_object_list;
+
+void cnx_object_list_init(cnx_object_list *list);
+void cnx_object_list_dispose(cnx_object_list *list);
+int cnx_object_list_add(cnx_object_list *list, const char *name,
+                        const char *digest);
+
+/**
+ * Expected digest lookup: return the digest a chunk must have, or NULL if
+ * the caller has no expectation for that object.
+ */
+typedef const char *(*cnx_expect_fn)(void *ctx, const char *name);
+
+enum {
+    CNX_READ_FILL_MISSING = 1, /* a missing chunk reads as zeros */
+};
+
+/**
+ * Read any box of scale s (it must lie inside the scale's bounds) into a new
+ * volume, assembling it from the chunks it touches.
+ * @param expect   optional expected-digest lookup (NULL: none)
+ * @param read     optional: receives every chunk read with its digest
+ * @return 0; CNX_ERANGE for a box outside the scale; CNX_ENOTFOUND for a
+ *         missing chunk (unless CNX_READ_FILL_MISSING); CNX_EDIGEST;
+ *         CNX_ECORRUPT for a truncated or corrupt chunk; CNX_EIO.
+ */
+int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
+                   unsigned flags, cnx_expect_fn expect, void *expect_ctx,
+                   cnx_object_list *read, cnx_volume **out);
+
+/**
+ * Write a chunk-aligned volume (cnx_grid_is_aligned) to scale s: every chunk
+ * it covers is encoded and put write-once.
+ * @param written  optional: receives every chunk written with its digest,
+ *                 in z, y, x chunk order
+ * @return 0; CNX_EINVAL if not aligned or of the wrong type;
+ *         CNX_EIMMUTABLE; CNX_EIO.
+ */
+int cnx_layer_write(cnx_layer *layer, int s, const cnx_volume *vol,
+                    cnx_object_list *written);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,81 @@
+/*
+ * cnx/store.h - object storage behind one interface.
+ *
+ * A store is opened from a URL: file:///abs/dir (or a plain path) now; the
+ * interface is the one s3://, gs:// and http(s):// backends plug into.
+ * Objects are named by relative paths ("scale/0-64_0-64_0-64"). Writes are
+ * atomic (temporary file, fsync, no-clobber link, directory fsync) and
+ * write-once: putting identical bytes again is a no-op success, different
+ * bytes fail with CNX_EIMMUTABLE and leave the object as it was.
+ * Thread-safety: a store may be shared between threads.
+ */
+#ifndef CNX_STORE_H
+#define CNX_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cnx/digest.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cnx_store cnx_store;
+
+/** Default cap on one object read, bytes (1 GiB). */
+#define CNX_STORE_MAX_OBJECT ((size_t)1 << 30)
+
+/**
+ * Open a store. For file:// the directory is created if missing.
+ * @param[out] out  caller frees with cnx_store_free()
+ * @return 0; CNX_EINVAL for a malformed URL; CNX_EUNSUPPORTED for a scheme
+ *         this build lacks; CNX_EIO if the directory cannot be made.
+ */
+int cnx_store_open(cnx_store **out, const char *url);
+void cnx_store_free(cnx_store *store);
+/** @return the store's canonical URL ("file:///abs/dir"), borrowed. */
+const char *cnx_store_url(const cnx_store *store);
+
+/**
+ * Check an object name: non-empty, at most 1024 bytes, relative, no empty,
+ * "." or ".." component, no backslash or control character.
+ * @return 0 or CNX_ENAME with a message saying what is wrong.
+ */
+int cnx_store_check_name(const char *name);
+
+/**
+ * Put an object, atomically and at most once.
+ * @param digest  if not NULL, receives the digest of data
+ * @return 0 (written, or already there with identical bytes);
+ *         CNX_ENAME; CNX_EIMMUTABLE if it exists with other bytes;
+ *         CNX_EIO (retriable) on a storage failure.
+ */
+int cnx_store_put(cnx_store *store, const char *name, const void *data,
+                  size_t len, char digest[CNX_DIGEST_LEN]);
+
+/**
+ * Read a whole object.
+ * @param[out] data  caller frees with free(); NUL-terminated for convenience
+ *                   (the NUL is not counted in len)
+ * @return 0; CNX_ENAME; CNX_ENOTFOUND; CNX_ETOOBIG over max_len (0 means
+ *         CNX_STORE_MAX_OBJECT); CNX_EIO (retriable).
+ */
+int cnx_store_get(cnx_store *store, const char *name, size_t max_len,
+                  uint8_t **data, size_t *len);
+
+/**
+ * Read an object and check it against the digest its reader expects.
+ * @return as cnx_store_get, or CNX_EDIGEST on mismatch (nothing returned).
+ */
+int cnx_store_get_verified(cnx_store *store, const char *name,
+                           const char *expected, size_t max_len,
+                           uint8_t **data, size_t *len);
+
+/** @param[out] exists 1 if the object exists. @return 0, CNX_ENAME, CNX_EIO. */
+int cnx_store_exists(cnx_store *store, const char *name, int *exists);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

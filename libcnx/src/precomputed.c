@@ -1,0 +1,728 @@
+/*
+ * precomputed.c - Neuroglancer precomputed volume layers over a cnx_store.
+ *
+ * `info` is parsed field by field with a message naming any bad field, and
+ * written in canonical JSON so that the same layer always has the same info
+ * bytes. Reads walk the chunks a box touches in z, y, x order, fetch each
+ * (checking its expected digest when the caller has one), decode it into a
+ * scratch chunk volume and copy the overlap into the result; writes cut a
+ * chunk-aligned volume into its chunks and put each write-once. Chunk bytes
+ * are little-endian; this file refuses to build on a big-endian host rather
+ * than silently writing the wrong bytes.
+ */
+#include "cnx/precomputed.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cnx/cseg.h"
+#include "cnx/error.h"
+#include "json_int.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "precomputed raw chunks are little-endian; add byte swapping first"
+#endif
+
+/* Coordinates beyond 2^40 voxels per axis are not a real volume. */
+#define AXIS_LIMIT ((int64_t)1 << 40)
+
+void cnx_info_init(cnx_layer_info *info, cnx_layer_type type, cnx_dtype dtype,
+                   const int64_t size[3], const double resolution[3],
+                   const int64_t chunk[3])
+{
+    cnx_scale *s = &info->scales[0];
+    memset(info, 0, sizeof(*info));
+    info->type = type;
+    info->dtype = dtype;
+    info->channels = 1;
+    info->nscales = 1;
+    snprintf(s->key, sizeof(s->key), "%g_%g_%g", resolution[0], resolution[1],
+             resolution[2]);
+    for (int i = 0; i < 3; i++) {
+        s->size[i] = size[i];
+        s->resolution[i] = resolution[i];
+        s->chunk[i] = chunk[i];
+        s->voxel_offset[i] = 0;
+        s->cseg_block[i] = 8;
+    }
+    s->encoding = type == CNX_LAYER_SEGMENTATION ? CNX_ENC_CSEG : CNX_ENC_RAW;
+}
+
+cnx_grid cnx_info_grid(const cnx_layer_info *info, int s)
+{
+    cnx_grid grid;
+    for (int i = 0; i < 3; i++) {
+        grid.offset[i] = info->scales[s].voxel_offset[i];
+        grid.size[i] = info->scales[s].size[i];
+        grid.chunk[i] = info->scales[s].chunk[i];
+    }
+    return grid;
+}
+
+static int copy_key(char *dst, const json_t *value, const char *what)
+{
+    const char *text;
+    size_t len;
+    if (!json_is_string(value))
+        return cnx_error_set(CNX_ECORRUPT, 0, "info: %s: must be a string",
+                             what);
+    text = json_string_value(value);
+    len = json_string_length(value);
+    if (len >= CNX_SCALE_KEY_MAX || strlen(text) != len)
+        return cnx_error_set(CNX_ECORRUPT, 0,
+                             "info: %s: longer than %d bytes or holds NUL",
+                             what, CNX_SCALE_KEY_MAX - 1);
+    if (cnx_store_check_name(text) != 0) {
+        char why[sizeof(cnx_error_last()->message)];
+        snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
+        return cnx_error_set(CNX_ECORRUPT, 0, "info: %s: %s", what, why);
+    }
+    memcpy(dst, text, len + 1);
+    return 0;
+}
+
+static int parse_scale(cnx_scale *sc, const json_t *js, int idx,
+                       const cnx_layer_info *info)
+{
+    static const char *const keys[] = {
+        "key", "size", "resolution", "voxel_offset", "chunk_sizes",
+        "encoding", "compressed_segmentation_block_size", "sharding",
+        "jpeg_quality", "png_level", NULL};
+    char what[96];
+    const json_t *v;
+    const char *enc;
+    int rc;
+
+    snprintf(what, sizeof(what), "info: scales[%d]", idx);
+    if (!json_is_object(js))
+        return cnx_error_set(CNX_ECORRUPT, 0, "%s: must be an object", what);
+    rc = cnx__json_only_keys(js, keys, CNX_ECORRUPT, what);
+    if (rc != 0)
+        return rc;
+    snprintf(what, sizeof(what), "scales[%d].key", idx);
+    rc = copy_key(sc->key, json_object_get(js, "key"), what);
+    if (rc != 0)
+        return CNX_ECORRUPT;
+    snprintf(what, sizeof(what), "info: scales[%d].size", idx);
+    rc = cnx__json_ivec(json_object_get(js, "size"), 3, 1, AXIS_LIMIT,
+                        sc->size, CNX_ECORRUPT, what);
+    if (rc != 0)
+        return rc;
+    v = json_object_get(js, "voxel_offset");
+    snprintf(what, sizeof(what), "info: scales[%d].voxel_offset", idx);
+    if (v == NULL)
+        memset(sc->voxel_offset, 0, sizeof(sc->voxel_offset));
+    else if ((rc = cnx__json_ivec(v, 3, -AXIS_LIMIT, AXIS_LIMIT,
+                                  sc->voxel_offset, CNX_ECORRUPT, what)) != 0)
+        return rc;
+    v = json_object_get(js, "resolution");
+    if (!json_is_array(v) || json_array_size(v) != 3)
+        return cnx_error_set(CNX_ECORRUPT, 0,
+                             "info: scales[%d].resolution: must be an array "
+                             "of 3 numbers",
+                             idx);
+    for (int i = 0; i < 3; i++) {
+        const json_t *r = json_array_get(v, (size_t)i);
+        double d = json_is_number(r) ? json_number_value(r) : -1.0;
+        if (!(d > 0.0) || !isfinite(d))
+            return cnx_error_set(CNX_ECORRUPT, 0,
+                                 "info: scales[%d].resolution[%d]: must be a "
+                                 "positive number",
+                                 idx, i);
+        sc->resolution[i] = d;
+    }
+    v = json_object_get(js, "chunk_sizes");
+    if (!json_is_array(v) || json_array_size(v) < 1)
+        return cnx_error_set(CNX_ECORRUPT, 0,
+                             "info: scales[%d].chunk_sizes: must be a "
+                             "non-empty array of [x,y,z]",
+                             idx);
+    snprintf(what, sizeof(what), "info: scales[%d].chunk_sizes[0]", idx);
+    rc = cnx__json_ivec(json_array_get(v, 0), 3, 1, 1 << 20, sc->chunk,
+                        CNX_ECORRUPT, what);
+    if (rc != 0)
+        return rc;
+    if (json_object_get(js, "sharding") != NULL &&
+        !json_is_null(json_object_get(js, "sharding")))
+        return cnx_error_set(CNX_EUNSUPPORTED, 0,
+                             "info: scales[%d]: sharded layers are not "
+                             "supported yet",
+                             idx);
+    v = json_object_get(js, "encoding");
+    enc = json_is_string(v) ? json_string_value(v) : NULL;
+    if (enc == NULL)
+        return cnx_error_set(CNX_ECORRUPT, 0,
+                             "info: scales[%d].encoding: must be a string",
+                             idx);
+    if (strcmp(enc, "raw") == 0) {
+        sc->encoding = CNX_ENC_RAW;
+    } else if (strcmp(enc, "compressed_segmentation") == 0) {
+        sc->encoding = CNX_ENC_CSEG;
+        if (info->dtype != CNX_DT_UINT32 && info->dtype != CNX_DT_UINT64)
+            return cnx_error_set(CNX_ECORRUPT, 0,
+                                 "info: scales[%d].encoding: "
+                                 "compressed_segmentation needs uint32 or "
+                                 "uint64, not %s",
+                                 idx, cnx_dtype_name(info->dtype));
+        snprintf(what, sizeof(what),
+                 "info: scales[%d].compressed_segmentation_block_size", idx);
+        rc = cnx__json_ivec(
+            json_object_get(js, "compressed_segmentation_block_size"), 3, 1,
+            1 << 10, sc->cseg_block, CNX_ECORRUPT, what);
+        if (rc != 0)
+            return rc;
+    } else if (strcmp(enc, "jpeg") == 0 || strcmp(enc, "png") == 0 ||
+               strcmp(enc, "compresso") == 0) {
+        return cnx_error_set(CNX_EUNSUPPORTED, 0,
+                             "info: scales[%d].encoding: '%s' is not "
+                             "supported (raw, compressed_segmentation are)",
+                             idx, enc);
+    } else {
+        return cnx_error_set(CNX_ECORRUPT, 0,
+                             "info: scales[%d].encoding: unknown encoding "
+                             "'%.64s'",
+                             idx, enc);
+    }
+    return 0;
+}
+
+int cnx_info_parse(cnx_layer_info *info, const char *text, size_t len)
+{
+    json_t *js = NULL;
+    const json_t *v;
+    const char *s;
+    int rc;
+
+    memset(info, 0, sizeof(*info));
+    rc = cnx__json_parse(&js, text, len, CNX_ECORRUPT, "info");
+    if (rc != 0)
+        return rc;
+    if (!json_is_object(js)) {
+        rc = cnx_error_set(CNX_ECORRUPT, 0, "info: must be a JSON object");
+        goto done;
+    }
+    v = json_object_get(js, "@type");
+    if (v != NULL && (!json_is_string(v) ||
+                      strcmp(json_string_value(v),
+                             "neuroglancer_multiscale_volume") != 0)) {
+        rc = cnx_error_set(CNX_ECORRUPT, 0,
+                           "info: @type: must be "
+                           "\"neuroglancer_multiscale_volume\"");
+        goto done;
+    }
+    v = json_object_get(js, "type");
+    s = json_is_string(v) ? json_string_value(v) : "";
+    if (strcmp(s, "image") == 0) {
+        info->type = CNX_LAYER_IMAGE;
+    } else if (strcmp(s, "segmentation") == 0) {
+        info->type = CNX_LAYER_SEGMENTATION;
+    } else {
+        rc = cnx_error_set(CNX_ECORRUPT, 0,
+                           "info: type: must be \"image\" or "
+                           "\"segmentation\"");
+        goto done;
+    }
+    v = json_object_get(js, "data_type");
+    if (!json_is_string(v) ||
+        cnx_dtype_parse(json_string_value(v), &info->dtype) != 0) {
+        rc = cnx_error_set(CNX_ECORRUPT, 0,
+                           "info: data_type: must be uint8, uint16, uint32, "
+                           "uint64 or float32");
+        goto done;
+    }
+    if (info->type == CNX_LAYER_SEGMENTATION &&
+        (info->dtype == CNX_DT_FLOAT32)) {
+        rc = cnx_error_set(CNX_ECORRUPT, 0,
+                           "info: data_type: a segmentation cannot be "
+                           "float32");
+        goto done;
+    }
+    v = json_object_get(js, "num_channels");
+    if (!cnx__json_int_in(v, 1, 4096) ||
+        (info->type == CNX_LAYER_SEGMENTATION && json_integer_value(v) != 1)) {
+        rc = cnx_error_set(CNX_ECORRUPT, 0,
+                           "info: num_channels: must be an integer >= 1 (1 "
+                           "for a segmentation)");
+        goto done;
+    }
+    info->channels = json_integer_value(v);
+    v = json_object_get(js, "scales");
+    if (!json_is_array(v) || json_array_size(v) < 1 ||
+        json_array_size(v) > CNX_MAX_SCALES) {
+        rc = cnx_error_set(CNX_ECORRUPT, 0,
+                           "info: scales: must be an array of 1 to %d scales",
+                           CNX_MAX_SCALES);
+        goto done;
+    }
+    info->nscales = (int)json_array_size(v);
+    for (int i = 0; i < info->nscales; i++) {
+        rc = parse_scale(&info->scales[i], json_array_get(v, (size_t)i), i,
+                         info);
+        if (rc != 0)
+            goto done;
+    }
+    v = json_object_get(js, "mesh");
+    if (v != NULL && (rc = copy_key(info->mesh, v, "mesh")) != 0) {
+        rc = CNX_ECORRUPT;
+        goto done;
+    }
+    v = json_object_get(js, "segment_properties");
+    if (v != NULL &&
+        (rc = copy_key(info->segment_properties, v, "segment_properties")) !=
+            0) {
+        rc = CNX_ECORRUPT;
+        goto done;
+    }
+done:
+    json_decref(js);
+    return rc;
+}
+
+/* A resolution as an integer when it is one, so info reads naturally. */
+static json_t *json_resolution(double r)
+{
+    if (r == floor(r) && fabs(r) < 1e15)
+        return json_integer((json_int_t)r);
+    return json_real(r);
+}
+
+static json_t *json_ivec(const int64_t *v, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a != NULL && i < n; i++)
+        json_array_append_new(a, json_integer(v[i]));
+    return a;
+}
+
+int cnx_info_to_json(const cnx_layer_info *info, char **out)
+{
+    json_t *js = json_object();
+    json_t *scales = json_array();
+    *out = NULL;
+    if (js == NULL || scales == NULL)
+        goto nomem;
+    json_object_set_new(js, "@type",
+                        json_string("neuroglancer_multiscale_volume"));
+    json_object_set_new(js, "type",
+                        json_string(info->type == CNX_LAYER_SEGMENTATION
+                                        ? "segmentation"
+                                        : "image"));
+    json_object_set_new(js, "data_type",
+                        json_string(cnx_dtype_name(info->dtype)));
+    json_object_set_new(js, "num_channels", json_integer(info->channels));
+    for (int i = 0; i < info->nscales; i++) {
+        const cnx_scale *sc = &info->scales[i];
+        json_t *s = json_object();
+        json_t *res = json_array();
+        json_t *chunks = json_array();
+        if (s == NULL || res == NULL || chunks == NULL) {
+            json_decref(s);
+            json_decref(res);
+            json_decref(chunks);
+            goto nomem;
+        }
+        for (int k = 0; k < 3; k++)
+            json_array_append_new(res, json_resolution(sc->resolution[k]));
+        json_array_append_new(chunks, json_ivec(sc->chunk, 3));
+        json_object_set_new(s, "key", json_string(sc->key));
+        json_object_set_new(s, "size", json_ivec(sc->size, 3));
+        json_object_set_new(s, "resolution", res);
+        json_object_set_new(s, "voxel_offset", json_ivec(sc->voxel_offset, 3));
+        json_object_set_new(s, "chunk_sizes", chunks);
+        json_object_set_new(s, "encoding",
+                            json_string(sc->encoding == CNX_ENC_CSEG
+                                            ? "compressed_segmentation"
+                                            : "raw"));
+        if (sc->encoding == CNX_ENC_CSEG)
+            json_object_set_new(s, "compressed_segmentation_block_size",
+                                json_ivec(sc->cseg_block, 3));
+        json_array_append_new(scales, s);
+    }
+    json_object_set_new(js, "scales", scales);
+    scales = NULL;
+    if (info->mesh[0] != '\0')
+        json_object_set_new(js, "mesh", json_string(info->mesh));
+    if (info->segment_properties[0] != '\0')
+        json_object_set_new(js, "segment_properties",
+                            json_string(info->segment_properties));
+    *out = cnx__json_canonical(js);
+    json_decref(js);
+    if (*out == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "info: out of memory");
+    return 0;
+nomem:
+    json_decref(js);
+    json_decref(scales);
+    return cnx_error_set(CNX_ENOMEM, 0, "info: out of memory");
+}
+
+/* Check that vol fits scale s of info as a whole chunk's worth of data. */
+static int check_chunk_volume(const cnx_layer_info *info, int s,
+                              const cnx_volume *vol)
+{
+    if (s < 0 || s >= info->nscales)
+        return cnx_error_set(CNX_EINVAL, 0, "scale %d out of range", s);
+    if (vol->dtype != info->dtype || vol->channels != info->channels)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "chunk volume is %s x%lld, layer is %s x%lld",
+                             cnx_dtype_name(vol->dtype),
+                             (long long)vol->channels,
+                             cnx_dtype_name(info->dtype),
+                             (long long)info->channels);
+    return 0;
+}
+
+int cnx_chunk_encode(const cnx_layer_info *info, int s, const cnx_volume *vol,
+                     uint8_t **out, size_t *len)
+{
+    int64_t size[3];
+    int rc = check_chunk_volume(info, s, vol);
+    *out = NULL;
+    *len = 0;
+    if (rc != 0)
+        return rc;
+    if (info->scales[s].encoding == CNX_ENC_CSEG) {
+        cnx_box_size(&vol->box, size);
+        return cnx_cseg_encode(out, len, vol->data, vol->dtype, size,
+                               vol->channels, info->scales[s].cseg_block);
+    }
+    *len = cnx_volume_bytes(vol);
+    *out = malloc(*len ? *len : 1);
+    if (*out == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "chunk: out of memory");
+    memcpy(*out, vol->data, *len);
+    return 0;
+}
+
+int cnx_chunk_decode(const cnx_layer_info *info, int s, const uint8_t *data,
+                     size_t len, cnx_volume *vol)
+{
+    int64_t size[3];
+    char name[128];
+    int rc = check_chunk_volume(info, s, vol);
+    if (rc != 0)
+        return rc;
+    cnx_box_format(&vol->box, name, sizeof(name));
+    if (info->scales[s].encoding == CNX_ENC_CSEG) {
+        cnx_box_size(&vol->box, size);
+        rc = cnx_cseg_decode(vol->data, data, len, vol->dtype, size,
+                             vol->channels, info->scales[s].cseg_block);
+        if (rc != 0)
+            return cnx_error_wrap("chunk %s/%s", info->scales[s].key, name);
+        return 0;
+    }
+    if (len != cnx_volume_bytes(vol))
+        return cnx_error_set(CNX_ECORRUPT, 0,
+                             "chunk %s/%s: %zu bytes, expected %zu for raw "
+                             "%s%s",
+                             info->scales[s].key, name, len,
+                             cnx_volume_bytes(vol), cnx_dtype_name(vol->dtype),
+                             len < cnx_volume_bytes(vol) ? " (truncated)" : "");
+    memcpy(vol->data, data, len);
+    return 0;
+}
+
+struct cnx_layer {
+    cnx_store *store;
+    cnx_layer_info info;
+};
+
+static int layer_alloc(cnx_layer **out, const char *url)
+{
+    cnx_layer *layer = calloc(1, sizeof(*layer));
+    int rc;
+    *out = NULL;
+    if (layer == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "layer: out of memory");
+    rc = cnx_store_open(&layer->store, url);
+    if (rc != 0) {
+        free(layer);
+        return rc;
+    }
+    *out = layer;
+    return 0;
+}
+
+static int check_info(const cnx_layer_info *info)
+{
+    char *json = NULL;
+    cnx_layer_info again;
+    int rc = cnx_info_to_json(info, &json);
+    if (rc != 0)
+        return rc;
+    /* The parser is the one place that knows every rule: round-trip. */
+    rc = cnx_info_parse(&again, json, strlen(json));
+    free(json);
+    if (rc != 0)
+        return cnx_error_set(CNX_EINVAL, 0, "layer info is invalid: %s",
+                             cnx_error_last()->message);
+    return 0;
+}
+
+int cnx_layer_create(cnx_layer **out, const char *url,
+                     const cnx_layer_info *info)
+{
+    cnx_layer *layer = NULL;
+    char *json = NULL;
+    int rc = check_info(info);
+    *out = NULL;
+    if (rc != 0)
+        return rc;
+    rc = layer_alloc(&layer, url);
+    if (rc != 0)
+        return rc;
+    layer->info = *info;
+    rc = cnx_info_to_json(info, &json);
+    if (rc == 0)
+        rc = cnx_store_put(layer->store, "info", json, strlen(json), NULL);
+    free(json);
+    if (rc != 0) {
+        cnx_layer_free(layer);
+        return rc;
+    }
+    *out = layer;
+    return 0;
+}
+
+int cnx_layer_open(cnx_layer **out, const char *url)
+{
+    cnx_layer *layer = NULL;
+    uint8_t *text = NULL;
+    size_t len = 0;
+    int rc = layer_alloc(&layer, url);
+    *out = NULL;
+    if (rc != 0)
+        return rc;
+    rc = cnx_store_get(layer->store, "info", 1 << 20, &text, &len);
+    if (rc == 0)
+        rc = cnx_info_parse(&layer->info, (const char *)text, len);
+    free(text);
+    if (rc != 0) {
+        cnx_error_wrap("layer %s", url);
+        cnx_layer_free(layer);
+        return rc;
+    }
+    *out = layer;
+    return 0;
+}
+
+void cnx_layer_free(cnx_layer *layer)
+{
+    if (layer == NULL)
+        return;
+    cnx_store_free(layer->store);
+    free(layer);
+}
+
+const cnx_layer_info *cnx_layer_get_info(const cnx_layer *layer)
+{
+    return &layer->info;
+}
+
+cnx_store *cnx_layer_store(cnx_layer *layer)
+{
+    return layer->store;
+}
+
+int cnx_layer_chunk_name(const cnx_layer_info *info, int s, const cnx_box *box,
+                         char *buf, size_t n)
+{
+    char name[128];
+    int rc = cnx_box_format(box, name, sizeof(name));
+    if (rc != 0)
+        return rc;
+    if (snprintf(buf, n, "%s/%s", info->scales[s].key, name) >= (int)n)
+        return cnx_error_set(CNX_ERANGE, 0, "chunk name too long");
+    return 0;
+}
+
+void cnx_object_list_init(cnx_object_list *list)
+{
+    memset(list, 0, sizeof(*list));
+}
+
+void cnx_object_list_dispose(cnx_object_list *list)
+{
+    free(list->items);
+    memset(list, 0, sizeof(*list));
+}
+
+int cnx_object_list_add(cnx_object_list *list, const char *name,
+                        const char *digest)
+{
+    cnx_object *o;
+    if (strlen(name) >= sizeof(o->name))
+        return cnx_error_set(CNX_ERANGE, 0, "object name too long: %.64s",
+                             name);
+    if (list->count == list->cap) {
+        size_t cap = list->cap ? list->cap * 2 : 16;
+        cnx_object *items = realloc(list->items, cap * sizeof(*items));
+        if (items == NULL)
+            return cnx_error_set(CNX_ENOMEM, 0, "object list: out of memory");
+        list->items = items;
+        list->cap = cap;
+    }
+    o = &list->items[list->count++];
+    snprintf(o->name, sizeof(o->name), "%s", name);
+    snprintf(o->digest, sizeof(o->digest), "%s", digest);
+    return 0;
+}
+
+/* Largest encoded chunk we accept: raw size x2 plus headers. */
+static size_t chunk_read_limit(const cnx_layer_info *info, int s)
+{
+    const cnx_scale *sc = &info->scales[s];
+    size_t raw = (size_t)sc->chunk[0] * (size_t)sc->chunk[1] *
+                 (size_t)sc->chunk[2] * (size_t)info->channels *
+                 cnx_dtype_size(info->dtype);
+    return raw * 2 + (1 << 16);
+}
+
+int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
+                   unsigned flags, cnx_expect_fn expect, void *expect_ctx,
+                   cnx_object_list *read, cnx_volume **out)
+{
+    const cnx_layer_info *info = &layer->info;
+    cnx_volume *vol = NULL, *chunk = NULL;
+    cnx_grid grid;
+    cnx_box bounds;
+    int64_t lo[3], hi[3], g[3];
+    int rc;
+
+    *out = NULL;
+    if (s < 0 || s >= info->nscales)
+        return cnx_error_set(CNX_EINVAL, 0, "scale %d out of range", s);
+    grid = cnx_info_grid(info, s);
+    bounds = cnx_grid_bounds(&grid);
+    if (cnx_box_empty(box) || !cnx_box_contains(&bounds, box))
+        return cnx_error_set(CNX_ERANGE, 0,
+                             "read box [%" PRId64 ",%" PRId64 ",%" PRId64
+                             ")-[%" PRId64 ",%" PRId64 ",%" PRId64
+                             ") is empty or outside the layer",
+                             box->min[0], box->min[1], box->min[2],
+                             box->max[0], box->max[1], box->max[2]);
+    rc = cnx_volume_new(&vol, info->dtype, box, info->channels);
+    if (rc != 0)
+        return rc;
+    cnx_grid_chunk_range(&grid, box, lo, hi);
+    for (g[2] = lo[2]; g[2] < hi[2]; g[2]++) {
+        for (g[1] = lo[1]; g[1] < hi[1]; g[1]++) {
+            for (g[0] = lo[0]; g[0] < hi[0]; g[0]++) {
+                cnx_box cbox = cnx_grid_chunk_box(&grid, g);
+                char name[256];
+                const char *want;
+                uint8_t *bytes = NULL;
+                size_t len = 0;
+
+                rc = cnx_layer_chunk_name(info, s, &cbox, name, sizeof(name));
+                if (rc != 0)
+                    goto fail;
+                want = expect ? expect(expect_ctx, name) : NULL;
+                if (want != NULL)
+                    rc = cnx_store_get_verified(layer->store, name, want,
+                                                chunk_read_limit(info, s),
+                                                &bytes, &len);
+                else
+                    rc = cnx_store_get(layer->store, name,
+                                       chunk_read_limit(info, s), &bytes,
+                                       &len);
+                if (rc == CNX_ENOTFOUND && (flags & CNX_READ_FILL_MISSING))
+                    continue;
+                if (rc != 0)
+                    goto fail;
+                if (read != NULL) {
+                    char digest[CNX_DIGEST_LEN];
+                    if (want != NULL)
+                        snprintf(digest, sizeof(digest), "%s", want);
+                    else
+                        cnx_digest(bytes, len, digest);
+                    rc = cnx_object_list_add(read, name, digest);
+                    if (rc != 0) {
+                        free(bytes);
+                        goto fail;
+                    }
+                }
+                if (cnx_box_equal(&cbox, box)) {
+                    rc = cnx_chunk_decode(info, s, bytes, len, vol);
+                } else {
+                    rc = cnx_volume_new(&chunk, info->dtype, &cbox,
+                                        info->channels);
+                    if (rc == 0)
+                        rc = cnx_chunk_decode(info, s, bytes, len, chunk);
+                    if (rc == 0)
+                        rc = cnx_volume_copy(vol, chunk);
+                    cnx_volume_free(chunk);
+                    chunk = NULL;
+                }
+                free(bytes);
+                if (rc != 0)
+                    goto fail;
+            }
+        }
+    }
+    *out = vol;
+    return 0;
+fail:
+    cnx_volume_free(vol);
+    return rc;
+}
+
+int cnx_layer_write(cnx_layer *layer, int s, const cnx_volume *vol,
+                    cnx_object_list *written)
+{
+    const cnx_layer_info *info = &layer->info;
+    cnx_grid grid;
+    int64_t lo[3], hi[3], g[3];
+    int rc;
+
+    if (s < 0 || s >= info->nscales)
+        return cnx_error_set(CNX_EINVAL, 0, "scale %d out of range", s);
+    rc = check_chunk_volume(info, s, vol);
+    if (rc != 0)
+        return rc;
+    grid = cnx_info_grid(info, s);
+    if (!cnx_grid_is_aligned(&grid, &vol->box))
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "write box [%" PRId64 ",%" PRId64 ",%" PRId64
+                             ")-[%" PRId64 ",%" PRId64 ",%" PRId64
+                             ") is not aligned to the chunk grid of scale %s",
+                             vol->box.min[0], vol->box.min[1], vol->box.min[2],
+                             vol->box.max[0], vol->box.max[1], vol->box.max[2],
+                             info->scales[s].key);
+    cnx_grid_chunk_range(&grid, &vol->box, lo, hi);
+    for (g[2] = lo[2]; g[2] < hi[2]; g[2]++) {
+        for (g[1] = lo[1]; g[1] < hi[1]; g[1]++) {
+            for (g[0] = lo[0]; g[0] < hi[0]; g[0]++) {
+                cnx_box cbox = cnx_grid_chunk_box(&grid, g);
+                cnx_volume *chunk = NULL;
+                const cnx_volume *src = vol;
+                char name[256], digest[CNX_DIGEST_LEN];
+                uint8_t *bytes = NULL;
+                size_t len = 0;
+
+                if (!cnx_box_equal(&cbox, &vol->box)) {
+                    rc = cnx_volume_crop(&chunk, vol, &cbox);
+                    if (rc != 0)
+                        return rc;
+                    src = chunk;
+                }
+                rc = cnx_chunk_encode(info, s, src, &bytes, &len);
+                cnx_volume_free(chunk);
+                if (rc == 0)
+                    rc = cnx_layer_chunk_name(info, s, &cbox, name,
+                                              sizeof(name));
+                if (rc == 0)
+                    rc = cnx_store_put(layer->store, name, bytes, len, digest);
+                free(bytes);
+                if (rc == 0 && written != NULL)
+                    rc = cnx_object_list_add(written, name, digest);
+                if (rc != 0)
+                    return rc;
+            }
+        }
+    }
+    return 0;
+}

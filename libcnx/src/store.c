@@ -1,0 +1,395 @@
+/*
+ * store.c - object storage: URL parsing, name checks, write-once semantics,
+ * and the file:// backend.
+ *
+ * A put writes a uniquely named temporary file in the object's directory,
+ * fsyncs it, then link(2)s it to the final name -- link never replaces an
+ * existing file, so of two racing writers exactly one wins and the other
+ * compares bytes (identical: success; different: CNX_EIMMUTABLE). The
+ * directory is fsynced after the link so the name survives a crash. A
+ * reader therefore sees either no object or the whole object, never a
+ * partial one. Thread-safe: no shared mutable state after open.
+ */
+#include "cnx/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "cnx/error.h"
+
+struct cnx_store {
+    char *url;  /* canonical file:///abs/dir */
+    char *root; /* /abs/dir, no trailing slash */
+};
+
+static atomic_ulong tmp_counter;
+
+int cnx_store_check_name(const char *name)
+{
+    size_t len;
+    const char *p, *seg;
+
+    if (name == NULL || name[0] == '\0')
+        return cnx_error_set(CNX_ENAME, 0, "object name is empty");
+    len = strlen(name);
+    if (len > 1024)
+        return cnx_error_set(CNX_ENAME, 0,
+                             "object name is %zu bytes, over 1024", len);
+    if (name[0] == '/')
+        return cnx_error_set(CNX_ENAME, 0,
+                             "object name '%.100s' is absolute", name);
+    for (p = name; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c < 0x20 || c == 0x7f)
+            return cnx_error_set(CNX_ENAME, 0,
+                                 "object name '%.100s' has a control "
+                                 "character at byte %zu",
+                                 name, (size_t)(p - name));
+        if (c == '\\')
+            return cnx_error_set(CNX_ENAME, 0,
+                                 "object name '%.100s' has a backslash", name);
+    }
+    seg = name;
+    for (;;) {
+        const char *end = strchr(seg, '/');
+        size_t n = end ? (size_t)(end - seg) : strlen(seg);
+        if (n == 0)
+            return cnx_error_set(CNX_ENAME, 0,
+                                 "object name '%.100s' has an empty "
+                                 "path component",
+                                 name);
+        if ((n == 1 && seg[0] == '.') ||
+            (n == 2 && seg[0] == '.' && seg[1] == '.'))
+            return cnx_error_set(CNX_ENAME, 0,
+                                 "object name '%.100s' has a '%.*s' "
+                                 "component",
+                                 name, (int)n, seg);
+        if (end == NULL)
+            break;
+        seg = end + 1;
+    }
+    return 0;
+}
+
+/* mkdir -p of path (which must be absolute). */
+static int make_dirs(const char *path)
+{
+    char buf[PATH_MAX];
+    size_t len = strlen(path);
+    if (len >= sizeof(buf))
+        return cnx_error_set(CNX_ENAME, 0, "path too long: %.100s", path);
+    memcpy(buf, path, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (buf[i] == '/' || buf[i] == '\0') {
+            char saved = buf[i];
+            buf[i] = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return cnx_error_set(CNX_EIO, 1, "cannot create directory "
+                                     "%s: %s", buf, strerror(errno));
+            buf[i] = saved;
+        }
+    }
+    return 0;
+}
+
+int cnx_store_open(cnx_store **out, const char *url)
+{
+    cnx_store *store = NULL;
+    char abs[PATH_MAX];
+    const char *path;
+    size_t len;
+    int rc;
+
+    *out = NULL;
+    if (url == NULL || url[0] == '\0')
+        return cnx_error_set(CNX_EINVAL, 0, "store URL is empty");
+    if (strncmp(url, "file://", 7) == 0) {
+        path = url + 7;
+        if (path[0] != '/')
+            return cnx_error_set(CNX_EINVAL, 0,
+                                 "store URL '%.200s': file:// needs an "
+                                 "absolute path (file:///dir)",
+                                 url);
+    } else if (strstr(url, "://") != NULL) {
+        return cnx_error_set(CNX_EUNSUPPORTED, 0,
+                             "store URL '%.200s': scheme not supported by "
+                             "this build (file:// is)",
+                             url);
+    } else {
+        path = url;
+    }
+    if (path[0] == '/') {
+        len = strlen(path);
+        if (len >= sizeof(abs))
+            return cnx_error_set(CNX_EINVAL, 0, "store path too long");
+        memcpy(abs, path, len + 1);
+    } else {
+        char cwd[PATH_MAX];
+        if (getcwd(cwd, sizeof(cwd)) == NULL)
+            return cnx_error_set(CNX_EIO, 1, "getcwd: %s", strerror(errno));
+        if (snprintf(abs, sizeof(abs), "%s/%s", cwd, path) >=
+            (int)sizeof(abs))
+            return cnx_error_set(CNX_EINVAL, 0, "store path too long");
+    }
+    len = strlen(abs);
+    while (len > 1 && abs[len - 1] == '/')
+        abs[--len] = '\0';
+    rc = make_dirs(abs);
+    if (rc != 0)
+        return rc;
+    store = calloc(1, sizeof(*store));
+    if (store == NULL)
+        goto nomem;
+    store->root = strdup(abs);
+    store->url = malloc(len + 8);
+    if (store->root == NULL || store->url == NULL)
+        goto nomem;
+    snprintf(store->url, len + 8, "file://%s", abs);
+    *out = store;
+    return 0;
+nomem:
+    cnx_store_free(store);
+    return cnx_error_set(CNX_ENOMEM, 0, "store: out of memory");
+}
+
+void cnx_store_free(cnx_store *store)
+{
+    if (store == NULL)
+        return;
+    free(store->url);
+    free(store->root);
+    free(store);
+}
+
+const char *cnx_store_url(const cnx_store *store)
+{
+    return store->url;
+}
+
+static int object_path(const cnx_store *store, const char *name, char *buf,
+                       size_t n)
+{
+    int rc = cnx_store_check_name(name);
+    if (rc != 0)
+        return rc;
+    if (snprintf(buf, n, "%s/%s", store->root, name) >= (int)n)
+        return cnx_error_set(CNX_ENAME, 0, "object path too long: %.100s",
+                             name);
+    return 0;
+}
+
+/* Read a whole file into a NUL-terminated buffer. */
+static int read_file(const char *path, const char *name, size_t max_len,
+                     uint8_t **data, size_t *len)
+{
+    struct stat st;
+    uint8_t *buf = NULL;
+    size_t got = 0;
+    int fd, rc = 0;
+
+    *data = NULL;
+    *len = 0;
+    if (max_len == 0)
+        max_len = CNX_STORE_MAX_OBJECT;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return cnx_error_set(CNX_ENOTFOUND, 0, "object %s not found",
+                                 name);
+        return cnx_error_set(CNX_EIO, 1, "cannot open object %s: %s", name,
+                             strerror(errno));
+    }
+    if (fstat(fd, &st) != 0) {
+        rc = cnx_error_set(CNX_EIO, 1, "cannot stat object %s: %s", name,
+                           strerror(errno));
+        goto done;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = cnx_error_set(CNX_ENOTFOUND, 0, "object %s is not a file", name);
+        goto done;
+    }
+    if ((uint64_t)st.st_size > (uint64_t)max_len) {
+        rc = cnx_error_set(CNX_ETOOBIG, 0,
+                           "object %s is %lld bytes, over the %zu limit", name,
+                           (long long)st.st_size, max_len);
+        goto done;
+    }
+    buf = malloc((size_t)st.st_size + 1);
+    if (buf == NULL) {
+        rc = cnx_error_set(CNX_ENOMEM, 0, "out of memory reading %s", name);
+        goto done;
+    }
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = cnx_error_set(CNX_EIO, 1, "cannot read object %s: %s", name,
+                               strerror(errno));
+            goto done;
+        }
+        if (n == 0)
+            break; /* shrank under us: return what is there */
+        got += (size_t)n;
+    }
+    buf[got] = '\0';
+    *data = buf;
+    *len = got;
+    buf = NULL;
+done:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+int cnx_store_get(cnx_store *store, const char *name, size_t max_len,
+                  uint8_t **data, size_t *len)
+{
+    char path[PATH_MAX];
+    int rc = object_path(store, name, path, sizeof(path));
+    *data = NULL;
+    *len = 0;
+    if (rc != 0)
+        return rc;
+    return read_file(path, name, max_len, data, len);
+}
+
+int cnx_store_get_verified(cnx_store *store, const char *name,
+                           const char *expected, size_t max_len,
+                           uint8_t **data, size_t *len)
+{
+    int rc = cnx_store_get(store, name, max_len, data, len);
+    if (rc != 0)
+        return rc;
+    rc = cnx_digest_check(*data, *len, expected, name);
+    if (rc != 0) {
+        free(*data);
+        *data = NULL;
+        *len = 0;
+    }
+    return rc;
+}
+
+int cnx_store_exists(cnx_store *store, const char *name, int *exists)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    int rc = object_path(store, name, path, sizeof(path));
+    *exists = 0;
+    if (rc != 0)
+        return rc;
+    if (stat(path, &st) == 0) {
+        *exists = S_ISREG(st.st_mode);
+        return 0;
+    }
+    if (errno == ENOENT || errno == ENOTDIR)
+        return 0;
+    return cnx_error_set(CNX_EIO, 1, "cannot stat object %s: %s", name,
+                         strerror(errno));
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* An object already at path: identical bytes succeed, others fail. */
+static int compare_existing(const char *path, const char *name,
+                            const void *data, size_t len)
+{
+    uint8_t *old = NULL;
+    size_t old_len = 0;
+    int rc = read_file(path, name, len + 1, &old, &old_len);
+    if (rc == CNX_ETOOBIG || (rc == 0 && (old_len != len ||
+                                          memcmp(old, data, len) != 0))) {
+        free(old);
+        return cnx_error_set(CNX_EIMMUTABLE, 0,
+                             "object %s exists with different bytes; "
+                             "namespaces are write-once",
+                             name);
+    }
+    free(old);
+    return rc;
+}
+
+int cnx_store_put(cnx_store *store, const char *name, const void *data,
+                  size_t len, char digest[CNX_DIGEST_LEN])
+{
+    char path[PATH_MAX], tmp[PATH_MAX], dir[PATH_MAX];
+    char *slash;
+    int fd = -1, rc, exists;
+
+    rc = object_path(store, name, path, sizeof(path));
+    if (rc != 0)
+        return rc;
+    if (digest != NULL)
+        cnx_digest(data, len, digest);
+    /* Cheap path for an idempotent retry: compare without writing. */
+    rc = cnx_store_exists(store, name, &exists);
+    if (rc != 0)
+        return rc;
+    if (exists)
+        return compare_existing(path, name, data, len);
+
+    memcpy(dir, path, strlen(path) + 1);
+    slash = strrchr(dir, '/');
+    *slash = '\0';
+    rc = make_dirs(dir);
+    if (rc != 0)
+        return rc;
+    snprintf(tmp, sizeof(tmp), "%s/.tmp.%ld.%lu", dir, (long)getpid(),
+             (unsigned long)atomic_fetch_add(&tmp_counter, 1));
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return cnx_error_set(CNX_EIO, 1, "cannot create %s: %s", tmp,
+                             strerror(errno));
+    if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+        rc = cnx_error_set(CNX_EIO, 1, "cannot write object %s: %s", name,
+                           strerror(errno));
+        close(fd);
+        unlink(tmp);
+        return rc;
+    }
+    close(fd);
+    if (link(tmp, path) != 0) {
+        int err = errno;
+        unlink(tmp);
+        if (err == EEXIST)
+            return compare_existing(path, name, data, len);
+        return cnx_error_set(CNX_EIO, 1, "cannot publish object %s: %s", name,
+                             strerror(err));
+    }
+    unlink(tmp);
+    if (fsync_dir(dir) != 0)
+        return cnx_error_set(CNX_EIO, 1, "cannot sync directory of %s: %s",
+                             name, strerror(errno));
+    return 0;
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Install what cnx needs from Debian's packages (only what is missing), then
+# configure and build. Usage: scripts/setup.sh [release|asan]...
+# Builds: build/ (release: RelWithDebInfo) and build-asan/ (ASan + UBSan).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(build-essential cmake pkg-config git
+          librdkafka-dev libcurl4-openssl-dev libssl-dev openssl
+          libjansson-dev libzstd-dev libgit2-dev libsqlite3-dev sqlite3
+          libcmocka-dev libpng-dev libtiff-dev kcat
+          python3 python3-numpy python3-skimage python3-jsonschema)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+jobs=$(nproc 2>/dev/null || echo 2)
+for kind in "${@:-release}"; do
+  case "$kind" in
+    release) dir=build; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
+    asan)    dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DCNX_SANITIZE=ON) ;;
+    *) echo "setup: unknown build '$kind' (release, asan)" >&2; exit 2 ;;
+  esac
+  cmake -S . -B "$dir" "${flags[@]}" >/dev/null
+  cmake --build "$dir" -j"$jobs" >/dev/null
+  echo "setup: built $dir"
+done
