@@ -343,9 +343,9 @@ static int compare_existing(const char *path, const char *name,
 int cnx_store_put(cnx_store *store, const char *name, const void *data,
                   size_t len, char digest[CNX_DIGEST_LEN])
 {
-    char path[PATH_MAX], tmp[PATH_MAX], dir[PATH_MAX];
+    char path[PATH_MAX], tmp[PATH_MAX + 64], dir[PATH_MAX];
     char *slash;
-    int fd = -1, rc, exists;
+    int fd = -1, rc, exists, n;
 
     rc = object_path(store, name, path, sizeof(path));
     if (rc != 0)
@@ -365,8 +365,11 @@ int cnx_store_put(cnx_store *store, const char *name, const void *data,
     rc = make_dirs(dir);
     if (rc != 0)
         return rc;
-    snprintf(tmp, sizeof(tmp), "%s/.tmp.%ld.%lu", dir, (long)getpid(),
-             (unsigned long)atomic_fetch_add(&tmp_counter, 1));
+    n = snprintf(tmp, sizeof(tmp), "%s/.tmp.%ld.%lu", dir, (long)getpid(),
+                 (unsigned long)atomic_fetch_add(&tmp_counter, 1));
+    if (n < 0 || (size_t)n >= sizeof(tmp))
+        return cnx_error_set(CNX_ENAME, 0, "object path too long: %.100s",
+                             name);
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0)
         return cnx_error_set(CNX_EIO, 1, "cannot create %s: %s", tmp,

@@ -254,7 +254,7 @@ static int parse_roi(cnx_task *task, const json_t *v)
         return cnx_error_wrap("task");
     for (int i = 0; i < 3; i++) {
         if (task->roi.max[i] <= task->roi.min[i]) {
-            char path[16];
+            char path[32];
             snprintf(path, sizeof(path), "roi.max[%d]", i);
             return bad(path, "must be greater than roi.min on the same axis");
         }

@@ -6,7 +6,9 @@
 
 #include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "cnx/error.h"
 #include "cnx/store.h"
@@ -190,6 +192,57 @@ static void test_store__racing_writers_never_mix_bytes(void **state)
     cnx_test_rmtree(dir);
 }
 
+/* A writer killed at a random moment (a spot machine vanishing) leaves
+ * every object it wrote either absent or whole, never partial. */
+static void test_store__killed_writer_leaves_no_partial_object(void **state)
+{
+    const size_t len = (size_t)8 << 20;
+    char dir[64];
+    uint64_t rng = 99;
+    (void)state;
+    cnx_test_tmpdir(dir);
+    for (int round = 0; round < 6; round++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            cnx_store *s;
+            uint8_t *buf = malloc(len);
+            if (buf == NULL || cnx_store_open(&s, dir) != 0)
+                _exit(3);
+            for (int k = 0;; k++) {
+                char name[64];
+                memset(buf, (k + round * 64) & 0xff, len);
+                snprintf(name, sizeof(name), "r%d/obj%d", round, k);
+                if (cnx_store_put(s, name, buf, len, NULL) != 0)
+                    _exit(4);
+            }
+        }
+        usleep((useconds_t)(20000 + cnx_test_rand(&rng) % 200000));
+        kill(pid, SIGKILL);
+        int status;
+        waitpid(pid, &status, 0);
+        assert_true(WIFSIGNALED(status));
+        cnx_store *s;
+        assert_int_equal(cnx_store_open(&s, dir), 0);
+        for (int k = 0; k < 1000; k++) {
+            char name[64];
+            uint8_t *data;
+            size_t got;
+            snprintf(name, sizeof(name), "r%d/obj%d", round, k);
+            int rc = cnx_store_get(s, name, 0, &data, &got);
+            if (rc == CNX_ENOTFOUND)
+                break;
+            assert_int_equal(rc, 0);
+            assert_int_equal(got, len);
+            for (size_t i = 0; i < got; i += 4096)
+                assert_int_equal(data[i], (uint8_t)((k + round * 64) & 0xff));
+            free(data);
+        }
+        cnx_store_free(s);
+    }
+    cnx_test_rmtree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -199,6 +252,7 @@ int main(void)
         cmocka_unit_test(test_store__empty_object_round_trips),
         cmocka_unit_test(test_store__get_verified_and_limits),
         cmocka_unit_test(test_store__racing_writers_never_mix_bytes),
+        cmocka_unit_test(test_store__killed_writer_leaves_no_partial_object),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

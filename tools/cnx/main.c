@@ -1,0 +1,62 @@
+/*
+ * cnx - the umbrella command: `cnx <cmd> [args...]` runs `cnx-<cmd>` from
+ * the directory this binary lives in (so a build tree or an install prefix
+ * works without PATH changes), falling back to PATH.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *const commands[][2] = {
+    {"synth", "make a deterministic synthetic EM dataset with ground truth"},
+    {"ingest", "PNG/TIFF stacks and montage tile sets into layers"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: cnx <command> [arguments...]\n\n"
+                 "Runs cnx-<command>. Commands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(out, "  %-10s %s\n", commands[i][0], commands[i][1]);
+    fprintf(out, "\n`cnx <command> --help` describes each.\n");
+}
+
+int main(int argc, char **argv)
+{
+    char self[PATH_MAX], path[PATH_MAX + 64], name[64];
+    ssize_t n;
+    char *slash;
+
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strchr(argv[1], '/') != NULL || strlen(argv[1]) > 40) {
+        fprintf(stderr, "cnx: '%.40s' is not a command name\n", argv[1]);
+        return 2;
+    }
+    snprintf(name, sizeof(name), "cnx-%s", argv[1]);
+    argv[1] = name;
+    n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        slash = strrchr(self, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+            snprintf(path, sizeof(path), "%s/%s", self, name);
+            if (access(path, X_OK) == 0) {
+                execv(path, argv + 1);
+                fprintf(stderr, "cnx: cannot run %s: %s\n", path,
+                        strerror(errno));
+                return 1;
+            }
+        }
+    }
+    execvp(name, argv + 1);
+    fprintf(stderr, "cnx: unknown command '%s' (%s not found); see cnx "
+                    "--help\n", name + 4, name);
+    return 2;
+}
