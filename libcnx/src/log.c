@@ -180,3 +180,13 @@ void cnx_progress_finish(cnx_progress *bar)
     pthread_mutex_destroy(&bar->lock);
     free(bar);
 }
+
+void cnx_progress_abort(cnx_progress *bar)
+{
+    if (bar == NULL)
+        return;
+    if (!bar->quiet && bar->tty)
+        write_all(STDERR_FILENO, "\n", 1);
+    pthread_mutex_destroy(&bar->lock);
+    free(bar);
+}

@@ -568,6 +568,7 @@ int cnx_object_list_add(cnx_object_list *list, const char *name,
     o = &list->items[list->count++];
     snprintf(o->name, sizeof(o->name), "%s", name);
     snprintf(o->digest, sizeof(o->digest), "%s", digest);
+    o->bytes = 0;
     return 0;
 }
 
@@ -644,6 +645,7 @@ int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
                         free(bytes);
                         goto fail;
                     }
+                    read->items[read->count - 1].bytes = len;
                 }
                 if (cnx_box_equal(&cbox, box)) {
                     rc = cnx_chunk_decode(info, s, bytes, len, vol);
@@ -717,8 +719,11 @@ int cnx_layer_write(cnx_layer *layer, int s, const cnx_volume *vol,
                 if (rc == 0)
                     rc = cnx_store_put(layer->store, name, bytes, len, digest);
                 free(bytes);
-                if (rc == 0 && written != NULL)
+                if (rc == 0 && written != NULL) {
                     rc = cnx_object_list_add(written, name, digest);
+                    if (rc == 0)
+                        written->items[written->count - 1].bytes = len;
+                }
                 if (rc != 0)
                     return rc;
             }

@@ -44,8 +44,10 @@ typedef struct cnx_progress cnx_progress;
 cnx_progress *cnx_progress_start(const char *label, int64_t total, int quiet);
 /** Report done units (monotonic; thread-safe). */
 void cnx_progress_update(cnx_progress *bar, int64_t done);
-/** Finish the line and free the bar. Accepts NULL. */
+/** Finish the line (drawn at 100%) and free the bar. Accepts NULL. */
 void cnx_progress_finish(cnx_progress *bar);
+/** End the bar where it stands, after a failure, and free it. Accepts NULL. */
+void cnx_progress_abort(cnx_progress *bar);
 
 /** Monotonic clock, seconds. */
 double cnx_now(void);

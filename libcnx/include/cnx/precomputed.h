@@ -121,6 +121,7 @@ int cnx_layer_chunk_name(const cnx_layer_info *info, int s, const cnx_box *box,
 typedef struct cnx_object {
     char name[256];
     char digest[CNX_DIGEST_LEN];
+    size_t bytes; /* stored size (0 where the lister does not know it) */
 } cnx_object;
 
 /** A growable list of objects (for manifests). */
