@@ -40,10 +40,11 @@ def numpy_read(layer):
                 if s["encoding"] == "raw":
                     block = np.frombuffer(data, dtype=dt).reshape(shape)
                 else:
-                    block = cseg_ref.decode_chunk(
-                        data, (x1 - x0, y1 - y0, z1 - z0), dt,
+                    block = cseg_ref.decode(
+                        data, np.dtype(info["data_type"]),
+                        (x1 - x0, y1 - y0, z1 - z0),
                         tuple(s["compressed_segmentation_block_size"]), nc)
-                    block = np.asarray(block).reshape(shape)
+                    block = block.astype(dt).reshape(shape)
                 vol[:, z0:z1, y0:y1, x0:x1] = block
     return info, vol
 

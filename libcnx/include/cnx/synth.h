@@ -1,0 +1,188 @@
+/*
+ * cnx/synth.h - synthetic EM datasets with ground truth.
+ *
+ * The kernel (cnx_synth_generate) turns a shape and a seed into volumes:
+ * a dense uint64 segmentation of branching, touching neurite-like objects
+ * (gt), an EM-like uint8 image, a uint8 boundary probability map, uint8
+ * synaptic cleft and post-synaptic density maps, and the list of synapses.
+ * cnx_synth_tiles cuts one z section of the image into an overlapping
+ * montage tile set with known true positions. Both are pure: parameters in,
+ * buffers out, no I/O. cnx_synth_run (libcnx/src/synth_io.c) writes a whole
+ * dataset as Neuroglancer precomputed layers, JSON and PNG tiles.
+ *
+ * Determinism: the same parameters give the same bytes on every machine.
+ * All randomness comes from the seed through our own generators, and no
+ * libm transcendental function is on a path that decides output bytes.
+ * See docs/synth.md for how each layer is made and the file layout.
+ */
+#ifndef CNX_SYNTH_H
+#define CNX_SYNTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cnx/volume.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Kernel version: bumped whenever output bytes are meant to change. */
+#define CNX_SYNTH_VERSION 1
+
+/** Largest extent accepted on any axis, voxels. */
+#define CNX_SYNTH_MAX_SIDE 4096
+
+/** Largest number of voxels accepted in total (2^31). */
+#define CNX_SYNTH_MAX_VOXELS ((int64_t)1 << 31)
+
+/**
+ * Progress callback: done of total units of generation work (total is the
+ * same on every call, done never decreases). Called from the generating
+ * thread only.
+ */
+typedef void (*cnx_synth_progress_fn)(void *ctx, int64_t done, int64_t total);
+
+/** Generation parameters; fill with cnx_synth_params_init, then adjust. */
+typedef struct cnx_synth_params {
+    int64_t shape[3];         /* volume extent, voxels (x, y, z) */
+    uint64_t seed;            /* 0 .. 2^63 - 1 */
+    double resolution[3];     /* nm per voxel, for nm coordinates and info */
+    int radius_min;           /* neurite radius range, voxels (3) */
+    int radius_max;           /* (10) */
+    int fill_percent;         /* painted skeleton volume to reach, % (30) */
+    int synapse_spacing;      /* minimum distance between sites, voxels (24) */
+    int synapses_per_mvx;     /* target synapses per 10^6 voxels (4) */
+    int tile_side;            /* target montage tile side, pixels (128) */
+    int tile_overlap_percent; /* minimum overlap of neighbours, % (15) */
+    int tile_jitter;          /* true position = grid +- this, pixels (3) */
+    int tile_nominal_error;   /* nominal = true +- this, pixels (20) */
+    cnx_synth_progress_fn progress; /* optional */
+    void *progress_ctx;
+} cnx_synth_params;
+
+/** Fill p with the defaults above, shape 256^3, seed 1, resolution 8 nm. */
+void cnx_synth_params_init(cnx_synth_params *p);
+
+/**
+ * Check parameters.
+ * @return 0; CNX_EINVAL for a non-positive extent or resolution, a seed
+ *         over 2^63 - 1, or inconsistent radii, spacing or tile settings;
+ *         CNX_ERANGE for an extent over CNX_SYNTH_MAX_SIDE; CNX_ETOOBIG for
+ *         more than CNX_SYNTH_MAX_VOXELS voxels. The message names the
+ *         field.
+ */
+int cnx_synth_params_check(const cnx_synth_params *p);
+
+/**
+ * One synapse: a cleft between a pre- and a post-synaptic object. The cleft
+ * is the set of voxels of pre_id or post_id that have a 6-neighbour of the
+ * other, within radius of site; the PSD is the voxels of post_id within 3
+ * voxels of the cleft.
+ */
+typedef struct cnx_synth_synapse {
+    uint64_t id;          /* 1..n, in (z, y, x) order of site */
+    int64_t site[3];      /* cleft voxel nearest the cleft's centroid */
+    int64_t pre_site[3];  /* voxel inside pre_id, 3-5 voxels from the cleft */
+    int64_t post_site[3]; /* voxel inside post_id, 3-5 voxels from it */
+    uint64_t pre_id;
+    uint64_t post_id;
+    int64_t size; /* cleft voxels */
+    int radius;   /* cleft disk radius around site, voxels (4-6) */
+} cnx_synth_synapse;
+
+/**
+ * A generated dataset. All volumes cover [0, shape) and are owned by it;
+ * free everything with cnx_synth_free.
+ */
+typedef struct cnx_synth {
+    cnx_synth_params params; /* copy; progress fields cleared */
+    cnx_volume *gt;          /* uint64, every voxel labelled 1..nobjects */
+    cnx_volume *image;       /* uint8 EM-like image */
+    cnx_volume *boundary;    /* uint8 boundary probability */
+    cnx_volume *cleft;       /* uint8 synaptic cleft probability */
+    cnx_volume *psd;         /* uint8 post-synaptic density probability */
+    uint64_t nobjects;
+    cnx_synth_synapse *synapses;
+    size_t nsynapses;
+} cnx_synth;
+
+/**
+ * Generate a dataset. Single-threaded; memory peaks at about 16 bytes per
+ * voxel.
+ * @param[out] out  caller frees with cnx_synth_free()
+ * @return 0; as cnx_synth_params_check; CNX_ENOMEM.
+ */
+int cnx_synth_generate(cnx_synth **out, const cnx_synth_params *p);
+
+/** Free a dataset. Accepts NULL. */
+void cnx_synth_free(cnx_synth *synth);
+
+/** The tile grid of one section: rows x cols tiles of width x height. */
+typedef struct cnx_synth_tile_grid {
+    int64_t rows;
+    int64_t cols;
+    int64_t width;
+    int64_t height;
+} cnx_synth_tile_grid;
+
+/** @return the tile grid every section of a dataset with params p uses. */
+cnx_synth_tile_grid cnx_synth_tile_layout(const cnx_synth_params *p);
+
+/** One montage tile of a section. */
+typedef struct cnx_synth_tile {
+    int64_t row;
+    int64_t col;
+    int64_t x; /* true top-left, section pixels; tile inside */
+    int64_t y;
+    int64_t nominal_x; /* true + error, may lie outside the section */
+    int64_t nominal_y;
+    int64_t width;
+    int64_t height;
+    int gain_milli;  /* gain = gain_milli / 1000, in 850..1150 */
+    int offset;      /* -15..15 */
+    uint8_t *pixels; /* width * height, x fastest; owned */
+} cnx_synth_tile;
+
+/**
+ * Cut section z of synth->image into tiles, in row-major (row, col) order:
+ * pixel = clamp(round(gain * image) + offset + noise, 0, 255), with noise
+ * uniform in -2..2. Sections are independent: any z, in any order, from
+ * any thread gives the same tiles.
+ * @param[out] out    array of count tiles; free with cnx_synth_tiles_free()
+ * @return 0; CNX_EINVAL if z is outside the volume; CNX_ENOMEM.
+ */
+int cnx_synth_tiles(cnx_synth_tile **out, size_t *count, const cnx_synth *synth,
+                    int64_t z);
+
+/** Free tiles from cnx_synth_tiles. Accepts NULL. */
+void cnx_synth_tiles_free(cnx_synth_tile *tiles, size_t count);
+
+/** What cnx_synth_run did. */
+typedef struct cnx_synth_summary {
+    uint64_t objects;
+    size_t synapses;
+    int64_t tiles;
+    int64_t files; /* objects put into the store */
+    int64_t bytes; /* their total size */
+    double seconds;
+} cnx_synth_summary;
+
+/**
+ * Generate a dataset and write it under dir_url (a store URL or a plain
+ * path): synth.json, the layers gt, image, boundary, cleft and psd,
+ * gt-synapses.json and tiles/ (see docs/synth.md). Every object is put
+ * write-once, so re-running with the same parameters is a no-op and a
+ * directory holding a different dataset fails without being changed.
+ * @param quiet  1: no progress bar
+ * @param[out] summary  optional
+ * @return 0; as cnx_synth_generate; CNX_EIMMUTABLE if dir_url holds a
+ *         different dataset; CNX_EIO (retriable) and other store errors.
+ */
+int cnx_synth_run(const cnx_synth_params *p, const char *dir_url, int quiet,
+                  cnx_synth_summary *summary);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,233 @@
+/*
+ * synth.c - synthetic EM dataset kernel: parameters, the stage driver.
+ *
+ * cnx_synth_generate runs the stages in a fixed order on one thread:
+ * neurite skeletons (synth_neurites.c) -> labelled distance fill -> one
+ * component per object -> membranes -> synapse sites (synth_synapses.c) ->
+ * image, boundary, cleft and psd (synth_layers.c) -> uint64 ground truth.
+ * Each stage owns its random stream (synth_int.h), so the output is a
+ * function of the parameters alone. Working memory is a uint32 label and a
+ * uint8 flag per voxel besides the outputs; see cnx_synth_generate.
+ */
+#include "cnx/synth.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cnx/error.h"
+#include "kernels/synth_int.h"
+
+/* Generation progress units per stage, roughly their share of the time;
+ * they sum to SYNTH_WORK. */
+enum {
+    WORK_NEURITES = 20,
+    WORK_FILL = 28,
+    WORK_CONNECT = 10,
+    WORK_SYNAPSES = 4,
+    WORK_RENDER = 35,
+    WORK_GT = 3,
+    SYNTH_WORK = 100,
+};
+
+void cnx_synth__rng_init(synth_rng *rng, uint64_t seed, uint64_t stream)
+{
+    uint64_t x = seed ^ cnx_synth__mix(stream ^ UINT64_C(0x5ca1ab1e));
+    int i;
+    for (i = 0; i < 4; i++) {
+        x += UINT64_C(0x9e3779b97f4a7c15);
+        rng->s[i] = cnx_synth__mix(x);
+    }
+}
+
+void cnx_synth_params_init(cnx_synth_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->shape[0] = p->shape[1] = p->shape[2] = 256;
+    p->seed = 1;
+    p->resolution[0] = p->resolution[1] = p->resolution[2] = 8.0;
+    p->radius_min = 3;
+    p->radius_max = 10;
+    p->fill_percent = 30;
+    p->synapse_spacing = 24;
+    p->synapses_per_mvx = 4;
+    p->tile_side = 128;
+    p->tile_overlap_percent = 15;
+    p->tile_jitter = 3;
+    p->tile_nominal_error = 20;
+}
+
+int cnx_synth_params_check(const cnx_synth_params *p)
+{
+    static const char axis[3] = {'x', 'y', 'z'};
+    int64_t voxels = 1;
+    int i;
+
+    for (i = 0; i < 3; i++) {
+        if (p->shape[i] < 1)
+            return cnx_error_set(CNX_EINVAL, 0,
+                                 "synth: shape %c = %lld is not positive",
+                                 axis[i], (long long)p->shape[i]);
+        if (p->shape[i] > CNX_SYNTH_MAX_SIDE)
+            return cnx_error_set(CNX_ERANGE, 0,
+                                 "synth: shape %c = %lld is over %d", axis[i],
+                                 (long long)p->shape[i], CNX_SYNTH_MAX_SIDE);
+        /* Also rejects NaN. */
+        if (!(p->resolution[i] > 0.0 && p->resolution[i] <= 1e9))
+            return cnx_error_set(CNX_EINVAL, 0,
+                                 "synth: resolution %c must be in (0, 1e9] nm",
+                                 axis[i]);
+        voxels *= p->shape[i];
+    }
+    if (p->seed > (uint64_t)INT64_MAX)
+        return cnx_error_set(CNX_EINVAL, 0, "synth: seed %llu is over 2^63 - 1",
+                             (unsigned long long)p->seed);
+    if (voxels > CNX_SYNTH_MAX_VOXELS)
+        return cnx_error_set(
+            CNX_ETOOBIG, 0, "synth: %lld voxels is over the limit of %lld",
+            (long long)voxels, (long long)CNX_SYNTH_MAX_VOXELS);
+    if (p->radius_min < 1 || p->radius_max < p->radius_min ||
+        p->radius_max > 64)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "synth: radius range %d..%d is not within 1..64",
+                             p->radius_min, p->radius_max);
+    if (p->fill_percent < 1 || p->fill_percent > 60)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "synth: fill_percent %d is not within 1..60",
+                             p->fill_percent);
+    if (p->synapse_spacing < 20 || p->synapse_spacing > 1024)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "synth: synapse_spacing %d is not within 20..1024",
+                             p->synapse_spacing);
+    if (p->synapses_per_mvx < 0 || p->synapses_per_mvx > 1000)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "synth: synapses_per_mvx %d is not within 0..1000",
+                             p->synapses_per_mvx);
+    if (p->tile_side < 16 || p->tile_side > 8192)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "synth: tile_side %d is not within 16..8192",
+                             p->tile_side);
+    if (p->tile_overlap_percent < 0 || p->tile_overlap_percent > 50)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "synth: tile_overlap_percent %d is not within "
+                             "0..50",
+                             p->tile_overlap_percent);
+    if (p->tile_jitter < 0 || p->tile_jitter > p->tile_side / 8)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "synth: tile_jitter %d is not within 0..%d",
+                             p->tile_jitter, p->tile_side / 8);
+    if (p->tile_nominal_error < 0 || p->tile_nominal_error > 1000000)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "synth: tile_nominal_error %d is out of range",
+                             p->tile_nominal_error);
+    return 0;
+}
+
+void cnx_synth_free(cnx_synth *synth)
+{
+    if (synth == NULL)
+        return;
+    cnx_volume_free(synth->gt);
+    cnx_volume_free(synth->image);
+    cnx_volume_free(synth->boundary);
+    cnx_volume_free(synth->cleft);
+    cnx_volume_free(synth->psd);
+    free(synth->synapses);
+    free(synth);
+}
+
+static void report(const cnx_synth_params *p, int64_t done)
+{
+    if (p->progress != NULL)
+        p->progress(p->progress_ctx, done, SYNTH_WORK);
+}
+
+int cnx_synth_generate(cnx_synth **out, const cnx_synth_params *p)
+{
+    cnx_synth *synth = NULL;
+    uint32_t *label = NULL;
+    uint8_t *flags = NULL;
+    uint32_t nobjects = 0;
+    synth_dims d;
+    cnx_box box;
+    uint64_t *gt;
+    int64_t i;
+    int rc;
+
+    *out = NULL;
+    rc = cnx_synth_params_check(p);
+    if (rc < 0)
+        return rc;
+    d.sx = p->shape[0];
+    d.sy = p->shape[1];
+    d.sz = p->shape[2];
+    d.n = d.sx * d.sy * d.sz;
+    box = cnx_box_make(0, 0, 0, d.sx, d.sy, d.sz);
+
+    report(p, 0);
+    synth = calloc(1, sizeof(*synth));
+    label = calloc((size_t)d.n, sizeof(*label));
+    if (synth == NULL || label == NULL) {
+        rc = cnx_error_set(CNX_ENOMEM, 0, "synth: out of memory");
+        goto done;
+    }
+    synth->params = *p;
+    synth->params.progress = NULL;
+    synth->params.progress_ctx = NULL;
+
+    rc = cnx_synth__neurites(label, &nobjects, &d, p);
+    if (rc < 0)
+        goto done;
+    synth->nobjects = nobjects;
+    report(p, WORK_NEURITES);
+    rc = cnx_synth__fill(label, &d);
+    if (rc < 0)
+        goto done;
+    report(p, WORK_NEURITES + WORK_FILL);
+    rc = cnx_synth__connect(label, &d);
+    if (rc < 0)
+        goto done;
+    report(p, WORK_NEURITES + WORK_FILL + WORK_CONNECT);
+
+    flags = malloc((size_t)d.n);
+    if (flags == NULL) {
+        rc = cnx_error_set(CNX_ENOMEM, 0, "synth: out of memory");
+        goto done;
+    }
+    cnx_synth__membrane(flags, label, &d);
+    rc = cnx_synth__synapses(&synth->synapses, &synth->nsynapses, label, &d, p);
+    if (rc < 0)
+        goto done;
+    report(p, WORK_NEURITES + WORK_FILL + WORK_CONNECT + WORK_SYNAPSES);
+
+    rc = cnx_volume_new(&synth->image, CNX_DT_UINT8, &box, 1);
+    if (rc == 0)
+        rc = cnx_volume_new(&synth->boundary, CNX_DT_UINT8, &box, 1);
+    if (rc == 0)
+        rc = cnx_volume_new(&synth->cleft, CNX_DT_UINT8, &box, 1);
+    if (rc == 0)
+        rc = cnx_volume_new(&synth->psd, CNX_DT_UINT8, &box, 1);
+    if (rc < 0)
+        goto done;
+    rc = cnx_synth__render(synth, label, flags, &d);
+    if (rc < 0)
+        goto done;
+    free(flags);
+    flags = NULL;
+    report(p, SYNTH_WORK - WORK_GT);
+
+    rc = cnx_volume_new(&synth->gt, CNX_DT_UINT64, &box, 1);
+    if (rc < 0)
+        goto done;
+    gt = synth->gt->data;
+    for (i = 0; i < d.n; i++)
+        gt[i] = label[i];
+    report(p, SYNTH_WORK);
+    *out = synth;
+    synth = NULL;
+    rc = 0;
+done:
+    free(label);
+    free(flags);
+    cnx_synth_free(synth);
+    return rc;
+}

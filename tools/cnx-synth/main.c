@@ -1,0 +1,212 @@
+/*
+ * cnx-synth - write a deterministic synthetic EM dataset with ground truth.
+ *
+ * Thin: arguments -> cnx_synth_params -> cnx_synth_run -> exit code
+ * (0 done, 1 runtime failure, 2 bad usage). The dataset and its layout are
+ * described in docs/synth.md.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cnx/error.h"
+#include "cnx/synth.h"
+
+#define EXIT_USAGE 2
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: cnx-synth --out DIR --shape X,Y,Z [--seed N]\n"
+            "                 [--resolution X,Y,Z] [--quiet]\n"
+            "\n"
+            "Write a synthetic EM dataset with ground truth under DIR: the\n"
+            "precomputed layers gt (uint64 segmentation), image, boundary,\n"
+            "cleft and psd (uint8), gt-synapses.json and a montage tile set\n"
+            "in tiles/. The same arguments always give the same bytes.\n"
+            "\n"
+            "  --out DIR            output directory or file:// URL; it may\n"
+            "                       already hold this same dataset\n"
+            "  --shape X,Y,Z        volume size in voxels, 1..%d each\n"
+            "  --seed N             0..2^63-1 (default 1)\n"
+            "  --resolution X,Y,Z   nm per voxel (default 8,8,8)\n"
+            "  --quiet              no progress bar\n"
+            "  --help               this text\n"
+            "\n"
+            "Exit status: 0 done, 1 failed, 2 bad arguments.\n",
+            CNX_SYNTH_MAX_SIDE);
+}
+
+static int bad_usage(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "cnx-synth: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see cnx-synth --help)\n");
+    return EXIT_USAGE;
+}
+
+/* A decimal integer in [lo, hi] spanning text[0, len) exactly. */
+static int parse_int(const char *text, size_t len, int64_t lo, int64_t hi,
+                     int64_t *out)
+{
+    char buf[32], *end;
+    long long v;
+    if (len == 0 || len >= sizeof(buf) || text[0] < '0' || text[0] > '9')
+        return -1;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    errno = 0;
+    v = strtoll(buf, &end, 10);
+    if (errno != 0 || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* "X,Y,Z": three positive integers up to CNX_SYNTH_MAX_SIDE. */
+static int parse_shape(const char *text, int64_t out[3])
+{
+    const char *p = text;
+    int i;
+    for (i = 0; i < 3; i++) {
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        if ((i < 2) != (end != NULL))
+            return -1;
+        if (parse_int(p, len, 1, CNX_SYNTH_MAX_SIDE, &out[i]) != 0)
+            return -1;
+        p += len + 1;
+    }
+    return 0;
+}
+
+/* "X,Y,Z": three positive finite numbers up to 1e9. */
+static int parse_resolution(const char *text, double out[3])
+{
+    const char *p = text;
+    int i;
+    for (i = 0; i < 3; i++) {
+        char buf[64], *end;
+        const char *comma = strchr(p, ',');
+        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        if ((i < 2) != (comma != NULL) || len == 0 || len >= sizeof(buf) ||
+            !((p[0] >= '0' && p[0] <= '9') || p[0] == '.'))
+            return -1;
+        memcpy(buf, p, len);
+        buf[len] = '\0';
+        errno = 0;
+        out[i] = strtod(buf, &end);
+        if (errno != 0 || *end != '\0' || !isfinite(out[i]) ||
+            !(out[i] > 0.0) || out[i] > 1e9)
+            return -1;
+        p += len + 1;
+    }
+    return 0;
+}
+
+static int parse_seed(const char *text, uint64_t *out)
+{
+    unsigned long long v;
+    char *end;
+    if (text[0] < '0' || text[0] > '9')
+        return -1;
+    errno = 0;
+    v = strtoull(text, &end, 10);
+    if (errno != 0 || *end != '\0' || v > (unsigned long long)INT64_MAX)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/*
+ * Match option name at argv[*i], as "--name VALUE" or "--name=VALUE".
+ * @return 1 and *value set; 0 if it is not this option; -1 if the value
+ *         is missing.
+ */
+static int option(int argc, char **argv, int *i, const char *name,
+                  const char **value)
+{
+    const char *arg = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(arg, name, n) != 0)
+        return 0;
+    if (arg[n] == '=') {
+        *value = arg + n + 1;
+        return 1;
+    }
+    if (arg[n] != '\0')
+        return 0;
+    if (*i + 1 >= argc)
+        return -1;
+    *value = argv[++*i];
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    static const char *const valued[] = {"--out", "--shape", "--seed",
+                                         "--resolution"};
+    const char *values[4] = {NULL, NULL, NULL, NULL};
+    cnx_synth_params params;
+    cnx_synth_summary sum;
+    int quiet = 0, i, k, rc;
+
+    cnx_synth_params_init(&params);
+    for (i = 1; i < argc; i++) {
+        int matched = 0;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0) {
+            quiet = 1;
+            continue;
+        }
+        for (k = 0; k < 4 && !matched; k++) {
+            const char *value = NULL;
+            int m = option(argc, argv, &i, valued[k], &value);
+            if (m < 0)
+                return bad_usage("%s needs a value", valued[k]);
+            if (m > 0) {
+                if (values[k] != NULL)
+                    return bad_usage("%s given twice", valued[k]);
+                values[k] = value;
+                matched = 1;
+            }
+        }
+        if (!matched)
+            return bad_usage("unknown argument '%.100s'", argv[i]);
+    }
+    if (values[0] == NULL || values[0][0] == '\0')
+        return bad_usage("%s", "--out DIR is required");
+    if (values[1] == NULL)
+        return bad_usage("%s", "--shape X,Y,Z is required");
+    if (parse_shape(values[1], params.shape) != 0)
+        return bad_usage("--shape '%.100s' is not three integers 1..4096 "
+                         "joined by commas",
+                         values[1]);
+    if (values[2] != NULL && parse_seed(values[2], &params.seed) != 0)
+        return bad_usage("--seed '%.100s' is not an integer 0..2^63-1",
+                         values[2]);
+    if (values[3] != NULL &&
+        parse_resolution(values[3], params.resolution) != 0)
+        return bad_usage("--resolution '%.100s' is not three positive "
+                         "numbers joined by commas",
+                         values[3]);
+    if (cnx_synth_params_check(&params) != 0)
+        return bad_usage("%s", cnx_error_last()->message);
+
+    rc = cnx_synth_run(&params, values[0], quiet, &sum);
+    if (rc != 0) {
+        fprintf(stderr, "cnx-synth: %s\n", cnx_error_last()->message);
+        return 1;
+    }
+    printf("cnx-synth: %s: %" PRIu64 " objects, %zu synapses, %" PRId64
+           " tiles, %" PRId64 " files, %" PRId64 " bytes in %.1f s\n",
+           values[0], sum.objects, sum.synapses, sum.tiles, sum.files,
+           sum.bytes, sum.seconds);
+    return 0;
+}
