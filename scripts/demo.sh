@@ -44,7 +44,7 @@ echo "== summary"
 awk -v a="$t0" -v b="$t_build" 'BEGIN{printf "build (incl. install)  %.1f s\n", b-a}'
 while IFS=$'\t' read -r name secs; do printf '%-22s %s s\n' "$name" "$secs"; done < "$out/times.tsv"
 echo
-printf '%-28s %-14s %-8s %-16s %8s %12s\n' layer type dtype size chunks bytes
+printf '%-16s %-13s %-24s %-8s %-13s %7s %11s\n' layer type encoding dtype size chunks bytes
 for info in $(find "$out" -name info -not -path '*/tiles/*' | sort); do
   dir=$(dirname "$info")
   python3 - "$info" "$dir" "$out" <<'PY'
@@ -53,8 +53,8 @@ info = json.load(open(sys.argv[1])); d = sys.argv[2]; out = sys.argv[3]
 s = info["scales"][0]
 files = [f for f in os.listdir(os.path.join(d, s["key"]))]
 size = sum(os.path.getsize(os.path.join(d, s["key"], f)) for f in files)
-print("%-28s %-14s %-8s %-16s %8d %12d" % (os.path.relpath(d, out),
-      info["type"] + "/" + s["encoding"][:4], info["data_type"],
+print("%-16s %-13s %-24s %-8s %-13s %7d %11d" % (os.path.relpath(d, out),
+      info["type"], s["encoding"], info["data_type"],
       "x".join(map(str, s["size"])), len(files), size))
 PY
 done
@@ -62,5 +62,17 @@ if [ -f "$out/synth/gt-synapses.json" ]; then
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); s=d if isinstance(d,list) else d.get('synapses',[]); print('ground-truth synapses: %d' % len(s))" "$out/synth/gt-synapses.json"
 fi
 python3 -c "import json,sys; t=json.load(open(sys.argv[1])); print('tile set: %d sections, %d tiles, each recorded with its sha256' % (len(t['sections']), sum(len(s['tiles']) for s in t['sections'])))" "$out/tiles/v1/tiles.json"
+python3 - "$out/synth" <<'PY'
+import hashlib, os, sys
+root = sys.argv[1]; h = hashlib.sha256(); n = 0
+for dirpath, dirs, names in os.walk(root):
+    dirs.sort()
+    for name in sorted(names):
+        p = os.path.join(dirpath, name)
+        h.update(os.path.relpath(p, root).encode() + b"\0")
+        h.update(hashlib.sha256(open(p, "rb").read()).digest())
+        n += 1
+print("synthetic dataset digest (%d files): sha256:%s (same seed, same digest)" % (n, h.hexdigest()))
+PY
 awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "total %.1f s\n", b-a}'
 echo "layers are under $out (Neuroglancer: serve the directory over HTTP and add precomputed://http://HOST:PORT/<layer>)"
