@@ -124,23 +124,41 @@ static int bench_cseg(const char *synth, int repeat)
         return 1;
     }
     double e = median(te, repeat), d = median(td, repeat);
-    /* Peer on the same chunk: the numpy codec. */
+    /* Peer on the same chunk: the numpy codec (bench/cseg_peer.py), which
+     * also says whether its bytes equal ours. */
+    char cseg_path[64];
+    double pe = 0, pd = 0;
+    int equal = -1;
+    snprintf(cseg_path, sizeof(cseg_path), "%s.cseg", raw);
     fd = mkstemp(raw);
     if (fd >= 0) {
+        FILE *f;
         if (write(fd, v->data, cnx_volume_bytes(v)) < 0)
-            raw[0] = '\0';
+            pe = -1;
         close(fd);
+        snprintf(cseg_path, sizeof(cseg_path), "%s.cseg", raw);
+        f = fopen(cseg_path, "wb");
+        if (f != NULL) {
+            fwrite(enc, 1, len, f);
+            fclose(f);
+        }
+        char cmd[2048], line[256];
+        snprintf(cmd, sizeof(cmd),
+                 "/usr/bin/python3 %s/bench/cseg_peer.py %s %s 128 128 128 8 "
+                 "8 8 %d uint64 2>/dev/null",
+                 getenv("CNX_SOURCE") ? getenv("CNX_SOURCE") : ".", raw,
+                 cseg_path, repeat);
+        FILE *p = popen(cmd, "r");
+        while (p != NULL && fgets(line, sizeof(line), p) != NULL) {
+            sscanf(line, "encode_mvxs %lf", &pe);
+            sscanf(line, "decode_mvxs %lf", &pd);
+            sscanf(line, "bytes_equal %d", &equal);
+        }
+        if (p != NULL)
+            pclose(p);
+        unlink(raw);
+        unlink(cseg_path);
     }
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd),
-             "/usr/bin/python3 %s/bench/cseg_peer.py --raw %s --shape "
-             "128,128,128 --repeat %d --machine 2>/dev/null",
-             getenv("CNX_SOURCE") ? getenv("CNX_SOURCE") : ".", raw, repeat);
-    const char *peer = run_last_line(cmd);
-    double pe = 0, pd = 0;
-    if (sscanf(peer, "encode %lf decode %lf", &pe, &pd) != 2)
-        pe = pd = 0;
-    unlink(raw);
     printf("cseg encode       %9.1f MVx/s  numpy peer %9.2f MVx/s  target >= "
            "150: %s (%zu bytes, %.1fx smaller)\n",
            e, pe, e >= 150 ? "PASS" : "BELOW", len,
@@ -148,6 +166,10 @@ static int bench_cseg(const char *synth, int repeat)
     printf("cseg decode       %9.1f MVx/s  numpy peer %9.2f MVx/s  target >= "
            "300: %s\n",
            d, pd, d >= 300 ? "PASS" : "BELOW");
+    printf("cseg bytes        %s\n",
+           equal == 1   ? "identical to the numpy peer's encoding"
+           : equal == 0 ? "DIFFER from the numpy peer's encoding"
+                        : "not compared (the peer did not run)");
     free(enc);
     free(back);
     cnx_volume_free(v);

@@ -649,6 +649,16 @@ int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
                 }
                 if (cnx_box_equal(&cbox, box)) {
                     rc = cnx_chunk_decode(info, s, bytes, len, vol);
+                } else if (info->scales[s].encoding == CNX_ENC_RAW) {
+                    /* Raw bytes are already a volume: view them in place
+                     * (after the size check) and copy the overlap once. */
+                    cnx_volume view = {info->dtype, cbox, info->channels,
+                                       bytes};
+                    if (len != cnx_volume_bytes(&view)) {
+                        rc = cnx_chunk_decode(info, s, bytes, len, &view);
+                    } else {
+                        rc = cnx_volume_copy(vol, &view);
+                    }
                 } else {
                     rc = cnx_volume_new(&chunk, info->dtype, &cbox,
                                         info->channels);

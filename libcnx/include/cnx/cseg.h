@@ -24,15 +24,20 @@ extern "C" {
 /**
  * Encode labels (x fastest, then y, z, channel).
  *
- * @param[out] out      encoded bytes, caller frees with free()
+ * The output depends only on the label values (never on addresses), so the
+ * same chunk always gives the same bytes; they are little-endian words.
+ *
+ * @param[out] out      encoded bytes, caller frees with free(); NULL on error
  * @param[out] out_len  their length (a multiple of 4)
  * @param labels    uint32_t or uint64_t array, size[0]*size[1]*size[2]*channels
  * @param dtype     CNX_DT_UINT32 or CNX_DT_UINT64
  * @param size      chunk extent in voxels (each >= 1)
  * @param channels  >= 1
- * @param block     block size (Neuroglancer uses 8,8,8), each >= 1
+ * @param block     block size (Neuroglancer uses 8,8,8), each >= 1, at most
+ *                  2^24 voxels in all
  * @return 0; CNX_EINVAL for a bad type or size; CNX_ERANGE if an offset does
  *         not fit the format's 24-bit table field; CNX_ENOMEM.
+ * Thread-safety: reentrant; no shared state.
  */
 int cnx_cseg_encode(uint8_t **out, size_t *out_len, const void *labels,
                     cnx_dtype dtype, const int64_t size[3], int64_t channels,
@@ -41,10 +46,19 @@ int cnx_cseg_encode(uint8_t **out, size_t *out_len, const void *labels,
 /**
  * Decode into labels (x fastest, then y, z, channel), checking every offset
  * and bit width against the buffer, so a truncated or corrupt chunk fails
- * cleanly with CNX_ECORRUPT and a message saying which block and why.
+ * cleanly with CNX_ECORRUPT and a message saying which block and why
+ * ("compressed_segmentation: block (2,0,1): table offset 9123 beyond end
+ * (4100 words)"). Any valid placement of values and tables is accepted, not
+ * only the reference encoder's; indices of voxels past the chunk edge are
+ * not read.
  *
- * @param labels  output array of size[0]*size[1]*size[2]*channels elements
- * @return 0; CNX_EINVAL for bad arguments; CNX_ECORRUPT for bad data.
+ * @param labels  output array of size[0]*size[1]*size[2]*channels elements;
+ *                its contents are unspecified after an error
+ * @param data    the encoded chunk (borrowed; any alignment)
+ * @param len     its length in bytes
+ * @return 0; CNX_EINVAL for bad arguments (as for cnx_cseg_encode);
+ *         CNX_ECORRUPT (fatal) for bad data; CNX_ENOMEM.
+ * Thread-safety: reentrant; no shared state.
  */
 int cnx_cseg_decode(void *labels, const uint8_t *data, size_t len,
                     cnx_dtype dtype, const int64_t size[3], int64_t channels,
