@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The test command: install, build with and without sanitizers, run every
-# unit and integration test under AddressSanitizer + UndefinedBehaviorSanitizer
-# and the fast ones again on the release build.
+# The test command: install, build with and without sanitizers, then run
+# - every unit and integration test under AddressSanitizer + UBSan,
+# - the poison acceptance test (bad messages at a live worker) under them too,
+# - the unit tests again and every acceptance test on the release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh release asan
 jobs=$(nproc 2>/dev/null || echo 2)
-echo "== tests under ASan + UBSan (build-asan) =="
-(cd build-asan && ctest --output-on-failure -j"$jobs")
-echo "== unit tests on the release build (build) =="
-(cd build && ctest --output-on-failure -j"$jobs" -L unit)
+echo "== unit + integration tests under ASan + UBSan (build-asan) =="
+(cd build-asan && ctest --output-on-failure -j"$jobs" -LE acceptance)
+echo "== poison acceptance test under ASan + UBSan (build-asan) =="
+(cd build-asan && ctest --output-on-failure -R 'acceptance\.poison')
+echo "== unit + acceptance tests on the release build (build) =="
+(cd build && ctest --output-on-failure -j"$jobs" -L 'unit|acceptance')

@@ -77,6 +77,7 @@ const char *cnx_error_name(int code)
     case CNX_EUNSUPPORTED: return "EUNSUPPORTED";
     case CNX_ERANGE: return "ERANGE";
     case CNX_ETOOBIG: return "ETOOBIG";
+    case CNX_ECONFLICT: return "ECONFLICT";
     default: return "EUNKNOWN";
     }
 }

@@ -741,3 +741,130 @@ int cnx_layer_write(cnx_layer *layer, int s, const cnx_volume *vol,
     }
     return 0;
 }
+
+int cnx_info_find_scale(const cnx_layer_info *info, const char *key)
+{
+    for (int i = 0; i < info->nscales; i++)
+        if (strcmp(info->scales[i].key, key) == 0)
+            return i;
+    return -1;
+}
+
+static int scale_equal(const cnx_scale *a, const cnx_scale *b)
+{
+    if (strcmp(a->key, b->key) != 0 || a->encoding != b->encoding)
+        return 0;
+    for (int i = 0; i < 3; i++) {
+        if (a->size[i] != b->size[i] || a->resolution[i] != b->resolution[i] ||
+            a->voxel_offset[i] != b->voxel_offset[i] ||
+            a->chunk[i] != b->chunk[i] ||
+            (a->encoding == CNX_ENC_CSEG && a->cseg_block[i] != b->cseg_block[i]))
+            return 0;
+    }
+    return 1;
+}
+
+/* Read and parse the stored info; *digest gets the digest of its bytes. */
+static int read_info(cnx_layer *layer, cnx_layer_info *info,
+                     char digest[CNX_DIGEST_LEN])
+{
+    uint8_t *text = NULL;
+    size_t len = 0;
+    int rc = cnx_store_get(layer->store, "info", 1 << 20, &text, &len);
+    if (rc == 0) {
+        cnx_digest(text, len, digest);
+        rc = cnx_info_parse(info, (const char *)text, len);
+    }
+    free(text);
+    return rc;
+}
+
+int cnx_layer_reload(cnx_layer *layer)
+{
+    char digest[CNX_DIGEST_LEN];
+    cnx_layer_info info;
+    int rc = read_info(layer, &info, digest);
+    if (rc == 0)
+        layer->info = info;
+    return rc;
+}
+
+int cnx_layer_add_scale(cnx_layer *layer, const cnx_scale *scale, int *index)
+{
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        char digest[CNX_DIGEST_LEN], *json = NULL;
+        cnx_layer_info info;
+        int rc = read_info(layer, &info, digest), at;
+        if (rc != 0)
+            return rc;
+        at = cnx_info_find_scale(&info, scale->key);
+        if (at >= 0) {
+            layer->info = info;
+            *index = at;
+            if (!scale_equal(&info.scales[at], scale))
+                return cnx_error_set(CNX_EIMMUTABLE, 0,
+                                     "info: scale '%s' exists with other "
+                                     "geometry",
+                                     scale->key);
+            return 0;
+        }
+        if (info.nscales >= CNX_MAX_SCALES)
+            return cnx_error_set(CNX_ERANGE, 0, "info: already %d scales",
+                                 CNX_MAX_SCALES);
+        info.scales[info.nscales++] = *scale;
+        rc = check_info(&info);
+        if (rc == 0)
+            rc = cnx_info_to_json(&info, &json);
+        if (rc == 0)
+            rc = cnx_store_swap(layer->store, "info", digest, json,
+                                strlen(json));
+        free(json);
+        if (rc == CNX_ECONFLICT)
+            continue; /* another task added a scale first: re-read */
+        if (rc != 0)
+            return rc;
+        layer->info = info;
+        *index = info.nscales - 1;
+        return 0;
+    }
+    return cnx_error_set(CNX_ECONFLICT, 1, "info: too many concurrent "
+                         "updates while adding scale '%s'", scale->key);
+}
+
+int cnx_layer_digests(cnx_layer *layer, int s, const cnx_box *box,
+                      cnx_object_list *out)
+{
+    const cnx_layer_info *info = &layer->info;
+    cnx_grid grid;
+    int64_t lo[3], hi[3], g[3];
+    int rc;
+
+    if (s < 0 || s >= info->nscales)
+        return cnx_error_set(CNX_EINVAL, 0, "scale %d out of range", s);
+    grid = cnx_info_grid(info, s);
+    cnx_grid_chunk_range(&grid, box, lo, hi);
+    for (g[2] = lo[2]; g[2] < hi[2]; g[2]++) {
+        for (g[1] = lo[1]; g[1] < hi[1]; g[1]++) {
+            for (g[0] = lo[0]; g[0] < hi[0]; g[0]++) {
+                cnx_box cbox = cnx_grid_chunk_box(&grid, g);
+                char name[256], digest[CNX_DIGEST_LEN];
+                uint8_t *bytes = NULL;
+                size_t len = 0;
+                rc = cnx_layer_chunk_name(info, s, &cbox, name, sizeof(name));
+                if (rc == 0)
+                    rc = cnx_store_get(layer->store, name,
+                                       chunk_read_limit(info, s), &bytes,
+                                       &len);
+                if (rc != 0)
+                    return rc;
+                cnx_digest(bytes, len, digest);
+                free(bytes);
+                rc = cnx_object_list_add(out, name, digest);
+                if (rc != 0)
+                    return rc;
+                out->items[out->count - 1].bytes = len;
+            }
+        }
+    }
+    return 0;
+}

@@ -15,10 +15,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -31,6 +33,63 @@ struct cnx_store {
 };
 
 static atomic_ulong tmp_counter;
+
+/* Temporary files being written by this process (for abandon). A put
+ * registers its temporary before creating it and unregisters it after the
+ * link; abandon unlinks whatever is registered and closes the registry. */
+#define MAX_INFLIGHT 256
+static pthread_mutex_t inflight_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *inflight[MAX_INFLIGHT];
+static int writes_abandoned;
+
+static int inflight_add(const char *tmp)
+{
+    int rc = cnx_error_set(CNX_EIO, 1, "too many writes in flight");
+    pthread_mutex_lock(&inflight_lock);
+    if (writes_abandoned) {
+        rc = cnx_error_set(CNX_EIO, 1, "writes abandoned: the worker is "
+                           "stopping");
+    } else {
+        for (int i = 0; i < MAX_INFLIGHT; i++) {
+            if (inflight[i] == NULL) {
+                inflight[i] = strdup(tmp);
+                rc = inflight[i] ? 0
+                                 : cnx_error_set(CNX_ENOMEM, 0,
+                                                 "out of memory");
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&inflight_lock);
+    return rc;
+}
+
+static void inflight_remove(const char *tmp)
+{
+    pthread_mutex_lock(&inflight_lock);
+    for (int i = 0; i < MAX_INFLIGHT; i++) {
+        if (inflight[i] != NULL && strcmp(inflight[i], tmp) == 0) {
+            free(inflight[i]);
+            inflight[i] = NULL;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&inflight_lock);
+}
+
+void cnx_store_abandon_writes(void)
+{
+    pthread_mutex_lock(&inflight_lock);
+    writes_abandoned = 1;
+    for (int i = 0; i < MAX_INFLIGHT; i++) {
+        if (inflight[i] != NULL) {
+            unlink(inflight[i]);
+            free(inflight[i]);
+            inflight[i] = NULL;
+        }
+    }
+    pthread_mutex_unlock(&inflight_lock);
+}
 
 int cnx_store_check_name(const char *name)
 {
@@ -370,29 +429,119 @@ int cnx_store_put(cnx_store *store, const char *name, const void *data,
     if (n < 0 || (size_t)n >= sizeof(tmp))
         return cnx_error_set(CNX_ENAME, 0, "object path too long: %.100s",
                              name);
+    rc = inflight_add(tmp);
+    if (rc != 0)
+        return rc;
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return cnx_error_set(CNX_EIO, 1, "cannot create %s: %s", tmp,
-                             strerror(errno));
+    if (fd < 0) {
+        rc = cnx_error_set(CNX_EIO, 1, "cannot create %s: %s", tmp,
+                           strerror(errno));
+        inflight_remove(tmp);
+        return rc;
+    }
     if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
         rc = cnx_error_set(CNX_EIO, 1, "cannot write object %s: %s", name,
                            strerror(errno));
         close(fd);
         unlink(tmp);
+        inflight_remove(tmp);
         return rc;
     }
     close(fd);
     if (link(tmp, path) != 0) {
         int err = errno;
         unlink(tmp);
+        inflight_remove(tmp);
         if (err == EEXIST)
             return compare_existing(path, name, data, len);
         return cnx_error_set(CNX_EIO, 1, "cannot publish object %s: %s", name,
                              strerror(err));
     }
     unlink(tmp);
+    inflight_remove(tmp);
     if (fsync_dir(dir) != 0)
         return cnx_error_set(CNX_EIO, 1, "cannot sync directory of %s: %s",
                              name, strerror(errno));
     return 0;
+}
+
+int cnx_store_swap(cnx_store *store, const char *name, const char *expected,
+                   const void *data, size_t len)
+{
+    char path[PATH_MAX], lock[PATH_MAX + 16], tmp[PATH_MAX + 64];
+    char dir[PATH_MAX], current[CNX_DIGEST_LEN];
+    uint8_t *old = NULL;
+    size_t old_len = 0;
+    int lock_fd = -1, fd = -1, rc, n;
+    char *slash;
+
+    rc = object_path(store, name, path, sizeof(path));
+    if (rc != 0)
+        return rc;
+    memcpy(dir, path, strlen(path) + 1);
+    slash = strrchr(dir, '/');
+    *slash = '\0';
+    rc = make_dirs(dir);
+    if (rc != 0)
+        return rc;
+    n = snprintf(lock, sizeof(lock), "%s.lock", path);
+    if (n < 0 || (size_t)n >= sizeof(lock))
+        return cnx_error_set(CNX_ENAME, 0, "object path too long: %.100s",
+                             name);
+    lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd < 0 || flock(lock_fd, LOCK_EX) != 0) {
+        rc = cnx_error_set(CNX_EIO, 1, "cannot lock %s: %s", name,
+                           strerror(errno));
+        goto done;
+    }
+    rc = read_file(path, name, 0, &old, &old_len);
+    if (rc == CNX_ENOTFOUND) {
+        if (expected != NULL) {
+            rc = cnx_error_set(CNX_ECONFLICT, 0,
+                               "object %s: expected %s, but it does not "
+                               "exist",
+                               name, expected);
+            goto done;
+        }
+    } else if (rc != 0) {
+        goto done;
+    } else {
+        cnx_digest(old, old_len, current);
+        if (expected == NULL || strcmp(current, expected) != 0) {
+            rc = cnx_error_set(CNX_ECONFLICT, 0,
+                               "object %s changed: now %s, expected %s",
+                               name, current, expected ? expected : "none");
+            goto done;
+        }
+    }
+    n = snprintf(tmp, sizeof(tmp), "%s/.tmp.%ld.%lu", dir, (long)getpid(),
+                 (unsigned long)atomic_fetch_add(&tmp_counter, 1));
+    if (n < 0 || (size_t)n >= sizeof(tmp)) {
+        rc = cnx_error_set(CNX_ENAME, 0, "object path too long: %.100s", name);
+        goto done;
+    }
+    rc = inflight_add(tmp);
+    if (rc != 0)
+        goto done;
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 || write_all(fd, data, len) != 0 || fsync(fd) != 0 ||
+        rename(tmp, path) != 0) {
+        rc = cnx_error_set(CNX_EIO, 1, "cannot replace object %s: %s", name,
+                           strerror(errno));
+        unlink(tmp);
+        inflight_remove(tmp);
+        goto done;
+    }
+    inflight_remove(tmp);
+    rc = fsync_dir(dir) == 0 ? 0
+                             : cnx_error_set(CNX_EIO, 1,
+                                             "cannot sync directory of %s: %s",
+                                             name, strerror(errno));
+done:
+    if (fd >= 0)
+        close(fd);
+    if (lock_fd >= 0)
+        close(lock_fd); /* releases the flock */
+    free(old);
+    return rc;
 }

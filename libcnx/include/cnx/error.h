@@ -31,6 +31,7 @@ typedef enum cnx_error_code {
     CNX_EUNSUPPORTED = -10, /* valid but not supported by this build */
     CNX_ERANGE = -11,     /* value or size out of the allowed range */
     CNX_ETOOBIG = -12,    /* input over its size limit */
+    CNX_ECONFLICT = -13,  /* a compare-and-swap lost to another writer */
 } cnx_error_code;
 
 /** The last error of the calling thread. Never NULL. */

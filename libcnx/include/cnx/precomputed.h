@@ -113,13 +113,28 @@ const cnx_layer_info *cnx_layer_get_info(const cnx_layer *layer);
 /** @return the layer's store (borrowed). */
 cnx_store *cnx_layer_store(cnx_layer *layer);
 
+/**
+ * Add a scale to the layer's info, safely when several processes do it at
+ * once (read, append, compare-and-swap, retry). A scale with the same key
+ * that is already there must be identical (else CNX_EIMMUTABLE). The
+ * layer's cached info is refreshed.
+ * @param[out] index  the scale's index in the info
+ */
+int cnx_layer_add_scale(cnx_layer *layer, const cnx_scale *scale, int *index);
+
+/** Re-read the layer's info from storage. */
+int cnx_layer_reload(cnx_layer *layer);
+
+/** @return the index of the scale with that key, or -1. */
+int cnx_info_find_scale(const cnx_layer_info *info, const char *key);
+
 /** Chunk object name of box at scale s: "<key>/x0-x1_y0-y1_z0-z1". */
 int cnx_layer_chunk_name(const cnx_layer_info *info, int s, const cnx_box *box,
                          char *buf, size_t n);
 
 /** An object written or read, with its digest. */
 typedef struct cnx_object {
-    char name[256];
+    char name[1536]; /* object name, or "<layer url>/<object name>" */
     char digest[CNX_DIGEST_LEN];
     size_t bytes; /* stored size (0 where the lister does not know it) */
 } cnx_object;
@@ -158,6 +173,14 @@ enum {
 int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
                    unsigned flags, cnx_expect_fn expect, void *expect_ctx,
                    cnx_object_list *read, cnx_volume **out);
+
+/**
+ * Digest every chunk object of scale s that box touches (box is clipped to
+ * the scale), in z, y, x order: what a task that reads box must expect.
+ * @return 0; CNX_ENOTFOUND for a missing chunk; CNX_EIO.
+ */
+int cnx_layer_digests(cnx_layer *layer, int s, const cnx_box *box,
+                      cnx_object_list *out);
 
 /**
  * Write a chunk-aligned volume (cnx_grid_is_aligned) to scale s: every chunk

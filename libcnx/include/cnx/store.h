@@ -72,6 +72,28 @@ int cnx_store_get_verified(cnx_store *store, const char *name,
                            const char *expected, size_t max_len,
                            uint8_t **data, size_t *len);
 
+/**
+ * Replace a mutable metadata object (a layer's `info` when a scale is
+ * added) by compare-and-swap: the new bytes are installed atomically only
+ * if the object's current digest is `expected` (NULL: only if it does not
+ * exist). Chunk objects are never swapped; they stay write-once.
+ * Safe between threads and processes (file:// uses an flock'd lock file
+ * beside the object and rename(2)).
+ * @return 0; CNX_ECONFLICT if the object changed (re-read and retry);
+ *         CNX_ENAME; CNX_EIO (retriable).
+ */
+int cnx_store_swap(cnx_store *store, const char *name, const char *expected,
+                   const void *data, size_t len);
+
+/**
+ * Abandon every write in flight in this process: remove their temporary
+ * files and make every later put or swap fail with CNX_EIO. Called by a
+ * worker that gives up its task at the end of a SIGTERM grace period, so
+ * that it leaves neither a partial object nor a temporary file behind.
+ * Thread-safe; irreversible.
+ */
+void cnx_store_abandon_writes(void);
+
 /** @param[out] exists 1 if the object exists. @return 0, CNX_ENAME, CNX_EIO. */
 int cnx_store_exists(cnx_store *store, const char *name, int *exists);
 

@@ -247,7 +247,7 @@ static const char *expect_from_list(void *ctx, const char *name)
 static void corrupt_file(const char *dir, const char *layer, const char *name,
                          long keep, int flip)
 {
-    char path[512];
+    char path[2048];
     FILE *f;
     snprintf(path, sizeof(path), "%s/%s/%s", dir, layer, name);
     if (keep >= 0)
@@ -304,7 +304,7 @@ static void test_precomputed__bad_chunks_are_refused(void **state)
             CNX_ECORRUPT);
         assert_non_null(strstr(cnx_error_last()->message, "0-32_32-64_0-16"));
         /* A missing chunk: not found, or zeros when asked. */
-        char path[512];
+        char path[2048];
         snprintf(path, sizeof(path), "%s/%s/%s", dir, lname,
                  written.items[3].name);
         assert_int_equal(unlink(path), 0);

@@ -243,6 +243,90 @@ static void test_store__killed_writer_leaves_no_partial_object(void **state)
     cnx_test_rmtree(dir);
 }
 
+static void test_store__swap_is_compare_and_swap(void **state)
+{
+    char dir[64], d[CNX_DIGEST_LEN];
+    cnx_store *s;
+    uint8_t *data;
+    size_t len;
+    (void)state;
+    cnx_test_tmpdir(dir);
+    assert_int_equal(cnx_store_open(&s, dir), 0);
+    assert_int_equal(cnx_store_swap(s, "m/info", NULL, "v1", 2), 0);
+    assert_int_equal(cnx_store_swap(s, "m/info", NULL, "v2", 2), CNX_ECONFLICT);
+    cnx_digest("v0", 2, d);
+    assert_int_equal(cnx_store_swap(s, "m/info", d, "v2", 2), CNX_ECONFLICT);
+    cnx_digest("v1", 2, d);
+    assert_int_equal(cnx_store_swap(s, "m/info", d, "v2", 2), 0);
+    assert_int_equal(cnx_store_get(s, "m/info", 0, &data, &len), 0);
+    assert_memory_equal(data, "v2", 2);
+    free(data);
+    assert_int_equal(cnx_store_swap(s, "../x", NULL, "v", 1), CNX_ENAME);
+    cnx_store_free(s);
+    cnx_test_rmtree(dir);
+}
+
+struct counter {
+    const char *dir;
+    int conflicts;
+};
+
+/* Each thread adds 1 to a decimal counter 50 times by read + swap. */
+static void *count_up(void *arg)
+{
+    struct counter *c = arg;
+    cnx_store *s;
+    if (cnx_store_open(&s, c->dir) != 0)
+        return NULL;
+    for (int i = 0; i < 50;) {
+        uint8_t *data = NULL;
+        size_t len = 0;
+        char d[CNX_DIGEST_LEN], next[32];
+        long v;
+        if (cnx_store_get(s, "counter", 0, &data, &len) != 0)
+            break;
+        cnx_digest(data, len, d);
+        v = strtol((char *)data, NULL, 10);
+        free(data);
+        snprintf(next, sizeof(next), "%ld", v + 1);
+        int rc = cnx_store_swap(s, "counter", d, next, strlen(next));
+        if (rc == 0)
+            i++;
+        else if (rc == CNX_ECONFLICT)
+            c->conflicts++;
+        else
+            break;
+    }
+    cnx_store_free(s);
+    return NULL;
+}
+
+static void test_store__concurrent_swaps_lose_no_update(void **state)
+{
+    char dir[64];
+    cnx_store *s;
+    pthread_t t[4];
+    struct counter c[4];
+    uint8_t *data;
+    size_t len;
+    (void)state;
+    cnx_test_tmpdir(dir);
+    assert_int_equal(cnx_store_open(&s, dir), 0);
+    assert_int_equal(cnx_store_swap(s, "counter", NULL, "0", 1), 0);
+    for (int i = 0; i < 4; i++) {
+        c[i].dir = dir;
+        c[i].conflicts = 0;
+        assert_int_equal(pthread_create(&t[i], NULL, count_up, &c[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(cnx_store_get(s, "counter", 0, &data, &len), 0);
+    assert_int_equal(strtol((char *)data, NULL, 10), 200);
+    free(data);
+    cnx_store_free(s);
+    cnx_test_rmtree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -253,6 +337,8 @@ int main(void)
         cmocka_unit_test(test_store__get_verified_and_limits),
         cmocka_unit_test(test_store__racing_writers_never_mix_bytes),
         cmocka_unit_test(test_store__killed_writer_leaves_no_partial_object),
+        cmocka_unit_test(test_store__swap_is_compare_and_swap),
+        cmocka_unit_test(test_store__concurrent_swaps_lose_no_update),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

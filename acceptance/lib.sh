@@ -1,0 +1,75 @@
+# Shared helpers for the acceptance scripts (sourced). They start real
+# processes on this machine: cnx-broker (librdkafka's mock cluster on
+# loopback), workers, kcat; everything started is killed on exit.
+set -euo pipefail
+BIN=${CNX_BIN:?CNX_BIN must name the directory of the built tools}
+SRC=${CNX_SOURCE:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+PY=${CNX_PYTHON:-/usr/bin/python3}
+DIRTY=${CNX_ALLOW_DIRTY:+--allow-dirty}
+WORK=$(mktemp -d /tmp/cnx-acceptance-XXXXXX)
+PIDS=()
+passed=0
+failed=0
+
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+check() { # description, then a command that must succeed
+  local what=$1; shift
+  if "$@"; then passed=$((passed + 1)); echo "ok: $what"
+  else failed=$((failed + 1)); echo "FAILED: $what"; fi
+}
+
+finish() {
+  echo "$(basename "$0" .sh): $passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+}
+
+start_broker() { # [partitions] -> sets BOOT
+  "$BIN/cnx-broker" --partitions "${1:-4}" >"$WORK/broker.out" 2>"$WORK/broker.err" &
+  PIDS+=($!)
+  BROKER_PID=$!
+  for _ in $(seq 100); do
+    BOOT=$(head -n1 "$WORK/broker.out" 2>/dev/null || true)
+    [ -n "$BOOT" ] && return 0
+    sleep 0.1
+  done
+  echo "broker did not start: $(cat "$WORK/broker.err")" >&2
+  return 1
+}
+
+make_key() {
+  "$BIN/cnx-keygen" --out "$WORK/keys" >/dev/null
+  KEY=$WORK/keys/cnx.key
+  PUB=$WORK/keys/cnx.pub
+}
+
+start_worker() { # instance, extra args... -> sets WPID
+  local inst=$1; shift
+  CNX_LOG=${CNX_WORKER_LOG:-info} "$BIN/cnx-downsample" --brokers "$BOOT" --key "$KEY" --instance "$inst" \
+    --session-timeout-ms 6000 $DIRTY "$@" >>"$WORK/$inst.log" 2>&1 &
+  WPID=$!
+  PIDS+=($WPID)
+}
+
+topic_dump() { # topic -> one message per line on stdout
+  kcat -b "$BOOT" -C -t "$1" -o beginning -e -q -D '\n' 2>/dev/null || true
+}
+
+count_events() { # type -> number of events of that type
+  topic_dump cnx.events | grep -c "\"type\":\"$1\"" || true
+}
+
+wait_for() { # seconds, command: poll until the command succeeds
+  local secs=$1; shift
+  local end=$((SECONDS + secs))
+  while [ $SECONDS -lt $end ]; do
+    if "$@"; then return 0; fi
+    sleep 0.5
+  done
+  return 1
+}

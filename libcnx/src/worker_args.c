@@ -1,0 +1,200 @@
+/*
+ * worker_args.c - the command line every worker shares, so that a worker's
+ * main.c is one call. Numbers are parsed with full checks; a bad argument
+ * is one line on stderr and exit code 2.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cnx/error.h"
+#include "cnx/lineage.h"
+#include "cnx/log.h"
+#include "cnx/worker.h"
+
+static int usage_error(const cnx_stage *stage, const char *what,
+                       const char *arg)
+{
+    fprintf(stderr, "cnx-%s: %s '%s' (see --help)\n", stage->name, what,
+            arg ? arg : "");
+    return 2;
+}
+
+static int parse_double(const char *text, double lo, double hi, double *out)
+{
+    char *end;
+    double v;
+    errno = 0;
+    v = strtod(text, &end);
+    if (errno != 0 || end == text || *end != '\0' || !(v >= lo && v <= hi))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char *text, long long lo, long long hi,
+                     long long *out)
+{
+    char *end;
+    long long v;
+    errno = 0;
+    v = strtoll(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static void help(const cnx_stage *stage)
+{
+    printf("usage: cnx-%s --brokers LIST --key FILE [options]\n\n"
+           "%s\n\n"
+           "Consumes cnx.tasks.%s.urgent, then cnx.tasks.%s; for each task\n"
+           "checks its inputs' digests, runs the stage, writes the outputs\n"
+           "write-once, publishes events and a signed manifest and commits\n"
+           "the offset only once the broker has acknowledged them.\n\n"
+           "options:\n"
+           "  --brokers LIST          Kafka bootstrap servers (host:port,...)\n"
+           "  --kafka-config FILE     extra librdkafka settings (key=value "
+           "lines: TLS, SASL)\n"
+           "  --key FILE              Ed25519 private key that signs "
+           "manifests (cnx-keygen)\n"
+           "  --instance ID           static group member id "
+           "(default: host-pid)\n"
+           "  --group NAME            consumer group (default cnx.%s)\n"
+           "  --container-digest D    sha256:... of the image this runs in, "
+           "recorded in manifests\n"
+           "  --allow-dirty           run a build made from a modified tree\n"
+           "  --grace SECONDS         on SIGTERM, finish the current task if "
+           "it fits (default 25)\n"
+           "  --metrics-port PORT     serve Prometheus metrics on "
+           "http://0.0.0.0:PORT/metrics\n"
+           "  --session-timeout-ms N  group session timeout (default 45000)\n"
+           "  --max-tasks N           exit after N tasks\n"
+           "  --idle-exit SECONDS     exit after SECONDS without a task\n"
+           "  --slow-ms N             (tests only) sleep N ms in every task\n"
+           "  -q, --quiet             log warnings and errors only\n"
+           "  --version               print the build (commit, dirty flag)\n"
+           "  --help                  this text\n",
+           stage->name, stage->help ? stage->help : "", stage->name,
+           stage->name, stage->name);
+}
+
+int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
+                          int argc, char **argv)
+{
+    static char instance[128];
+    enum {
+        O_BROKERS = 256, O_KCONF, O_KEY, O_INSTANCE, O_GROUP, O_CONTAINER,
+        O_DIRTY, O_GRACE, O_METRICS, O_MAXT, O_IDLE, O_SLOW, O_SESSION,
+        O_HELP, O_VERSION
+    };
+    static const struct option longopts[] = {
+        {"brokers", required_argument, NULL, O_BROKERS},
+        {"kafka-config", required_argument, NULL, O_KCONF},
+        {"key", required_argument, NULL, O_KEY},
+        {"instance", required_argument, NULL, O_INSTANCE},
+        {"group", required_argument, NULL, O_GROUP},
+        {"container-digest", required_argument, NULL, O_CONTAINER},
+        {"allow-dirty", no_argument, NULL, O_DIRTY},
+        {"grace", required_argument, NULL, O_GRACE},
+        {"metrics-port", required_argument, NULL, O_METRICS},
+        {"max-tasks", required_argument, NULL, O_MAXT},
+        {"idle-exit", required_argument, NULL, O_IDLE},
+        {"slow-ms", required_argument, NULL, O_SLOW},
+        {"session-timeout-ms", required_argument, NULL, O_SESSION},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, O_HELP},
+        {"version", no_argument, NULL, O_VERSION},
+        {NULL, 0, NULL, 0}};
+    long long n;
+    int c;
+
+    memset(opts, 0, sizeof(*opts));
+    opts->grace_s = 25.0;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "q", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_BROKERS: opts->kafka.brokers = optarg; break;
+        case O_KCONF: opts->kafka.config_file = optarg; break;
+        case O_KEY: opts->key_path = optarg; break;
+        case O_INSTANCE:
+            if (strlen(optarg) == 0 || strlen(optarg) > 100)
+                return usage_error(stage, "bad --instance", optarg);
+            opts->instance = optarg;
+            break;
+        case O_GROUP: opts->group = optarg; break;
+        case O_CONTAINER:
+            if (!cnx_digest_valid(optarg))
+                return usage_error(stage, "--container-digest must be "
+                                   "sha256:<64 hex>, not", optarg);
+            opts->container_digest = optarg;
+            break;
+        case O_DIRTY: opts->allow_dirty = 1; break;
+        case O_GRACE:
+            if (parse_double(optarg, 0, 86400, &opts->grace_s) != 0)
+                return usage_error(stage, "bad --grace", optarg);
+            break;
+        case O_METRICS:
+            if (parse_int(optarg, 1, 65535, &n) != 0)
+                return usage_error(stage, "bad --metrics-port", optarg);
+            opts->metrics_port = (int)n;
+            break;
+        case O_MAXT:
+            if (parse_int(optarg, 1, (long long)1 << 40, &n) != 0)
+                return usage_error(stage, "bad --max-tasks", optarg);
+            opts->max_tasks = n;
+            break;
+        case O_IDLE:
+            if (parse_double(optarg, 0.1, 86400, &opts->idle_exit_s) != 0)
+                return usage_error(stage, "bad --idle-exit", optarg);
+            break;
+        case O_SLOW:
+            if (parse_int(optarg, 0, 3600000, &n) != 0)
+                return usage_error(stage, "bad --slow-ms", optarg);
+            opts->slow_ms = (int)n;
+            break;
+        case O_SESSION:
+            if (parse_int(optarg, 1000, 3600000, &n) != 0)
+                return usage_error(stage, "bad --session-timeout-ms", optarg);
+            opts->session_timeout_ms = (int)n;
+            break;
+        case 'q': opts->quiet = 1; break;
+        case O_HELP: help(stage); return 1;
+        case O_VERSION: printf("%s\n", cnx_build_describe()); return 1;
+        default:
+            return usage_error(stage, "unknown option",
+                               argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return usage_error(stage, "unexpected argument", argv[optind]);
+    if (opts->kafka.brokers == NULL)
+        return usage_error(stage, "missing --brokers", "");
+    if (opts->key_path == NULL)
+        return usage_error(stage, "missing --key", "");
+    if (opts->instance == NULL) {
+        char host[64] = "host";
+        gethostname(host, sizeof(host) - 1);
+        snprintf(instance, sizeof(instance), "%s-%ld", host, (long)getpid());
+        opts->instance = instance;
+    }
+    if (opts->quiet)
+        cnx_log_set_level(CNX_LOG_WARN);
+    return 0;
+}
+
+int cnx_worker_main(const cnx_stage *stage, int argc, char **argv)
+{
+    cnx_worker_opts opts;
+    int rc = cnx_worker_parse_args(&opts, stage, argc, argv);
+    if (rc == 1)
+        return 0;
+    if (rc != 0)
+        return rc;
+    return cnx_worker_run(stage, &opts);
+}
