@@ -6,7 +6,8 @@
  * thread, so real clients (cnx's, kcat) talk to it as to any cluster.
  * Topics are made directly in the mock, before the bootstrap list is given
  * out, so a client never sees a cnx topic missing. Messages live in memory
- * only. Not thread-safe to free while another thread reads the list.
+ * only. Threading: one thread makes, reads and frees a cnx_broker; the
+ * cluster itself runs on librdkafka's threads.
  */
 #include "cnx/broker.h"
 

@@ -3,9 +3,10 @@
  *
  * One task at a time per process. The main thread polls the urgent lane
  * first, then the bulk lane; a task runs on a kernel thread while the main
- * thread pauses both consumers and keeps polling them, so the member stays
- * in its group however long the kernel takes (messages that a rebalance
- * delivers meanwhile wait in a small pending queue). Invariant: an offset is
+ * thread keeps polling both consumers, so the member stays in its group
+ * however long the kernel takes. Messages delivered meanwhile wait in a
+ * small pending queue; once a few wait, both consumers are paused until the
+ * task is done. Invariant: an offset is
  * committed only after the task's outputs are durable and its events and
  * signed manifest (or its dead letter) are acknowledged by the broker; if an
  * acknowledgement cannot be had the process exits without committing, so
@@ -34,6 +35,7 @@
 #include "worker_int.h"
 
 #define PENDING_MAX 64
+#define PENDING_PAUSE 4
 #define ACK_TIMEOUT_MS 30000
 
 static volatile sig_atomic_t stop_signal;
@@ -55,6 +57,7 @@ typedef struct worker {
     cnx_message *pending[PENDING_MAX];
     int pending_lane[PENDING_MAX];
     int npending;
+    int paused;     /* both lanes paused while a task runs */
     double stop_at; /* when SIGTERM was seen, 0 if not */
     int64_t done;
 } worker;
@@ -68,7 +71,24 @@ typedef struct job {
     int rc;
     cnx_error error;
     atomic_int finished;
+    pthread_mutex_t lock; /* with done: wakes the main thread at once */
+    pthread_cond_t done;
 } job;
+
+/* Wait up to ms for the job to finish. */
+static void job_wait(job *j, int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&j->lock);
+    while (!atomic_load(&j->finished))
+        if (pthread_cond_timedwait(&j->done, &j->lock, &ts) != 0)
+            break;
+    pthread_mutex_unlock(&j->lock);
+}
 
 static void *run_job(void *arg)
 {
@@ -91,7 +111,10 @@ static void *run_job(void *arg)
                  "stage %s failed with %s", j->stage->name,
                  cnx_error_name(rc));
     }
+    pthread_mutex_lock(&j->lock);
     atomic_store(&j->finished, 1);
+    pthread_cond_signal(&j->done);
+    pthread_mutex_unlock(&j->lock);
     return NULL;
 }
 
@@ -315,9 +338,10 @@ static int send_dlq(worker *w, const cnx_message *msg, const cnx_task *task,
     } else {
         /* The raw message, as text when it is valid UTF-8, always as
          * base64 (bounded: dead letters must stay small). */
-        size_t keep = msg->len < 65536 ? msg->len : 65536;
-        char *b64 = cnx_base64_encode(msg->value, keep);
-        json_t *text = json_stringn(msg->value, keep);
+        size_t keep = msg->value == NULL ? 0
+                      : msg->len < 65536 ? msg->len : 65536;
+        char *b64 = msg->value ? cnx_base64_encode(msg->value, keep) : NULL;
+        json_t *text = msg->value ? json_stringn(msg->value, keep) : NULL;
         json_object_set_new(doc, "message", text ? text : json_null());
         json_object_set_new(doc, "message_base64",
                             b64 ? json_string(b64) : json_null());
@@ -353,8 +377,12 @@ static void poll_lanes(worker *w, int timeout_ms)
 {
     for (int lane = 0; lane < 2; lane++) {
         cnx_message *m = NULL;
-        if (cnx_consumer_poll(w->lanes[lane], lane ? timeout_ms : 0, &m) != 0) {
+        int rc = cnx_consumer_poll(w->lanes[lane], lane ? timeout_ms : 0, &m);
+        /* An oversized message comes back without its value: it is queued
+         * like any other, to be dead-lettered and committed past in turn. */
+        if (rc != 0 && !(rc == CNX_ETOOBIG && m != NULL)) {
             CNX_WARN("worker", "%s", cnx_error_last()->message);
+            cnx_message_free(m);
             continue;
         }
         if (m == NULL)
@@ -406,9 +434,12 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
     enum outcome result = DONE;
 
     cnx_error_clear();
-    if (msg->len > CNX_JSON_MAX)
-        cnx_error_set(CNX_ETOOBIG, 0, "task message is %zu bytes, over the "
-                      "%u byte limit", msg->len, CNX_JSON_MAX);
+    if (msg->value == NULL || msg->len > CNX_JSON_MAX)
+        cnx_error_set(CNX_ETOOBIG, 0, "task message at %s[%d]@%lld is over "
+                      "the %u byte limit", msg->topic, (int)msg->partition,
+                      (long long)msg->offset,
+                      msg->value == NULL ? CNX_KAFKA_MAX_MESSAGE
+                                         : CNX_JSON_MAX);
     else if (cnx_task_parse(&task, msg->value, msg->len) == 0) {
         if (strcmp(task->stage, w->stage->name) != 0)
             cnx_error_set(CNX_ESCHEMA, 0, "task: stage: '%s' sent to the %s "
@@ -447,17 +478,26 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
         j->stage = w->stage;
         j->task = task;
         j->slow_ms = w->opts->slow_ms;
+        pthread_mutex_init(&j->lock, NULL);
+        pthread_cond_init(&j->done, NULL);
         send_event(w, "started", &a, NULL, NULL);
         atomic_fetch_add(&w->metrics.in_flight, 1);
-        cnx_consumer_pause(w->lanes[0]);
-        cnx_consumer_pause(w->lanes[1]);
         if (pthread_create(&thread, NULL, run_job, j) != 0) {
             free(j);
             result = FATAL;
             break;
         }
         while (!atomic_load(&j->finished)) {
-            poll_lanes(w, 50);
+            /* Keep polling so the member stays in its group; once a few
+             * messages wait, pause fetching (pausing at once would throw
+             * away the prefetched batch and cost a fetch per task). */
+            if (!w->paused && w->npending >= PENDING_PAUSE) {
+                cnx_consumer_pause(w->lanes[0]);
+                cnx_consumer_pause(w->lanes[1]);
+                w->paused = 1;
+            }
+            poll_lanes(w, 0);
+            job_wait(j, 50);
             check_signal(w);
             if (w->stop_at > 0 && cnx_now() - w->stop_at > w->opts->grace_s)
                 break;
@@ -478,6 +518,8 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
             return ABANDON; /* j leaks with its thread: the process exits */
         }
         pthread_join(thread, NULL);
+        pthread_cond_destroy(&j->done);
+        pthread_mutex_destroy(&j->lock);
         atomic_fetch_sub(&w->metrics.in_flight, 1);
         a.finished = wall_now();
         a.io = &j->io;
@@ -540,8 +582,11 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
             CNX_WARN("worker", "commit: %s", cnx_error_last()->message);
         break;
     }
-    cnx_consumer_resume(w->lanes[0]);
-    cnx_consumer_resume(w->lanes[1]);
+    if (w->paused) {
+        cnx_consumer_resume(w->lanes[0]);
+        cnx_consumer_resume(w->lanes[1]);
+        w->paused = 0;
+    }
     cnx_task_free(task);
     return result;
 }

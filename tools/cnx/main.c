@@ -12,6 +12,10 @@
 static const char *const commands[][2] = {
     {"synth", "make a deterministic synthetic EM dataset with ground truth"},
     {"ingest", "PNG/TIFF stacks and montage tile sets into layers"},
+    {"broker", "development Kafka broker (librdkafka's mock cluster)"},
+    {"keygen", "Ed25519 key pair that signs worker manifests"},
+    {"submit", "publish the tasks of a stage over a region"},
+    {"downsample", "worker: one mip level of a layer's pyramid per task"},
 };
 
 static void usage(FILE *out)

@@ -1,0 +1,396 @@
+/*
+ * bench_runtime - what the worker runtime costs per task, beside the disk
+ * and openssl, and how many no-op tasks two workers finish per second.
+ *
+ *   bench_runtime [--tasks N] [--workers N] [--repeat N]
+ *
+ * Part 1, per-task overhead of the runtime, each step timed alone (medians):
+ * a Kafka round trip (produce + broker acknowledgement) as the runtime does
+ * it three times per task (manifest, event, dead-letter-free path), the
+ * provenance statement, its Ed25519 signature, and an offset commit.
+ * Target: their sum <= 5 ms. Then the per-task data costs on one 128^3
+ * uint8 chunk: input and output SHA-256 (beside `openssl speed -evp
+ * sha256`) and a durable write-once put and a read (beside `dd` with
+ * fdatasync to the same disk).
+ * Part 2, end to end: an in-process cnx-broker, N workers (this program
+ * with --worker, a no-op stage that copies its chunk), tasks on 128^3 uint8
+ * chunks published at once; tasks/s from the first start to the last
+ * success (target >= 60 with 2 workers on 2 cores).
+ */
+#define _GNU_SOURCE /* memmem */
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cnx/broker.h"
+#include "cnx/digest.h"
+#include "cnx/error.h"
+#include "cnx/kafka.h"
+#include "cnx/lineage.h"
+#include "cnx/log.h"
+#include "cnx/precomputed.h"
+#include "cnx/submit.h"
+#include "cnx/worker.h"
+
+/* ---- the no-op stage ------------------------------------------------- */
+
+static int noop_run(void *ctx, const cnx_task *task, cnx_stage_io *io)
+{
+    cnx_volume *v = NULL;
+    int rc;
+    (void)ctx;
+    rc = cnx_stage_read(io, "source", &task->roi, &v);
+    if (rc == 0)
+        rc = cnx_stage_write(io, v);
+    if (rc == 0)
+        cnx_stage_add_voxels(io, cnx_volume_voxels(v));
+    cnx_volume_free(v);
+    return rc;
+}
+
+static const cnx_stage noop_stage = {
+    "noop", 1, noop_run, NULL,
+    "No-op stage for benchmarks: copies each chunk of its source to its "
+    "output."};
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_runtime: %s: %s\n", what,
+            cnx_error_last()->message);
+    exit(1);
+}
+
+static double openssl_sha256_mbs(void)
+{
+    char line[1024], last[1024] = "";
+    FILE *p = popen("openssl speed -evp sha256 -bytes 16384 -seconds 2 "
+                    "2>/dev/null | grep -i '^sha256'", "r");
+    while (p != NULL && fgets(line, sizeof(line), p) != NULL)
+        memcpy(last, line, sizeof(line));
+    if (p != NULL)
+        pclose(p);
+    const char *k = strrchr(last, ' ');
+    return k ? strtod(k + 1, NULL) / 1000.0 : 0.0;
+}
+
+static double dd_mbs(const char *dir)
+{
+    char cmd[512], line[512];
+    double mbs = 0;
+    snprintf(cmd, sizeof(cmd),
+             "dd if=/dev/zero of=%s/dd.bin bs=2M count=64 conv=fdatasync "
+             "2>&1 | tail -1; rm -f %s/dd.bin",
+             dir, dir);
+    FILE *p = popen(cmd, "r");
+    while (p != NULL && fgets(line, sizeof(line), p) != NULL) {
+        /* "... copied, 0.5 s, 268 MB/s" */
+        char *comma = strrchr(line, ',');
+        if (comma != NULL) {
+            double v = strtod(comma + 1, NULL);
+            if (strstr(comma, "GB/s"))
+                v *= 1000;
+            if (strstr(comma, "kB/s"))
+                v /= 1000;
+            mbs = v;
+        }
+    }
+    if (p != NULL)
+        pclose(p);
+    return mbs;
+}
+
+/* ---- part 1 ------------------------------------------------------------ */
+
+static void part1(const char *boot, const char *dir, int repeat)
+{
+    cnx_kafka_opts k = {boot, NULL, "bench"};
+    cnx_producer *prod;
+    cnx_consumer *cons;
+    cnx_key *key;
+    double rt[256], st[256], sg[256], cm[256], dg[64], pw[64], gr[64];
+    const char *topics[] = {"cnx.events"};
+    char payload[1024], *statement = NULL, *envelope = NULL;
+    char digest[CNX_DIGEST_LEN];
+    const size_t chunk = 128 * 128 * 128;
+    uint8_t *buf = malloc(chunk);
+    cnx_store *store;
+
+    memset(payload, 'x', sizeof(payload) - 1);
+    payload[sizeof(payload) - 1] = '\0';
+    if (cnx_producer_new(&prod, &k) != 0 || cnx_key_generate(&key) != 0)
+        die("setup");
+    for (int i = 0; i < repeat; i++) {
+        double t0 = cnx_now();
+        if (cnx_producer_send(prod, "cnx.events", NULL, payload,
+                              strlen(payload), NULL, 0) != 0 ||
+            cnx_producer_flush(prod, 10000) != 0)
+            die("produce");
+        rt[i] = (cnx_now() - t0) * 1e3;
+    }
+    /* A statement the size of a downsample task's. */
+    cnx_artifact out = {"file:///data/layer/16_16_16/0-64_0-64_0-64",
+                        "sha256:2aba1672ef8c9a7cbc6cdff7ec18e617fbb6a06557807"
+                        "cccd4a1678d07380418"};
+    cnx_artifact in = {"file:///data/layer/8_8_8/0-128_0-128_0-128",
+                       "sha256:3b598333494007eea71310a5a9c78367d8c2e836787284"
+                       "d7e21042f467cb8874"};
+    const char *task = "{\"schema\":\"cnx.task/1\",\"stage\":\"noop\","
+                       "\"kernel_version\":1}";
+    cnx_provenance prov = {task, in.digest, "noop", 1, &out, 1, &in, 1,
+                           cnx_build_commit(), 0, NULL, "bench", 1,
+                           1795000000.0, 1795000000.5};
+    for (int i = 0; i < repeat; i++) {
+        double t0 = cnx_now();
+        free(statement);
+        if (cnx_provenance_statement(&prov, &statement) != 0)
+            die("statement");
+        st[i] = (cnx_now() - t0) * 1e3;
+        t0 = cnx_now();
+        free(envelope);
+        if (cnx_dsse_sign(key, CNX_DSSE_PAYLOAD_TYPE, statement,
+                          strlen(statement), &envelope) != 0)
+            die("sign");
+        sg[i] = (cnx_now() - t0) * 1e3;
+    }
+    if (cnx_consumer_new(&cons, &k, "bench", "bench-1", topics, 1, 0) != 0)
+        die("consumer");
+    int n = 0;
+    double until = cnx_now() + 20;
+    while (n < repeat && cnx_now() < until) {
+        cnx_message *m = NULL;
+        cnx_consumer_poll(cons, 100, &m);
+        if (m == NULL)
+            continue;
+        double t0 = cnx_now();
+        if (cnx_consumer_commit(cons, m) == 0)
+            cm[n++] = (cnx_now() - t0) * 1e3;
+        cnx_message_free(m);
+    }
+    double mrt = median(rt, repeat), mst = median(st, repeat),
+           msg = median(sg, repeat), mcm = n ? median(cm, n) : 0;
+    double total = 2 * mrt + mst + msg + mcm;
+    printf("runtime overhead per task (medians of %d):\n", repeat);
+    printf("  kafka round trip (produce + ack)  %7.3f ms  x2 (manifest, "
+           "then event)\n", mrt);
+    printf("  provenance statement              %7.3f ms\n", mst);
+    printf("  Ed25519 signature                 %7.3f ms\n", msg);
+    printf("  offset commit (sync)              %7.3f ms\n", mcm);
+    printf("  total                             %7.3f ms  target <= 5 ms: "
+           "%s\n", total, total <= 5.0 ? "PASS" : "ABOVE");
+    cnx_consumer_free(cons);
+
+    /* Data costs on one 128^3 uint8 chunk. */
+    for (size_t i = 0; i < chunk; i++)
+        buf[i] = (uint8_t)(i * 2654435761u >> 24);
+    if (cnx_store_open(&store, dir) != 0)
+        die("store");
+    int r2 = repeat < 32 ? repeat : 32;
+    for (int i = 0; i < r2; i++) {
+        char name[64];
+        uint8_t *back;
+        size_t len;
+        double t0 = cnx_now();
+        cnx_digest(buf, chunk, digest);
+        dg[i] = (cnx_now() - t0) * 1e3;
+        snprintf(name, sizeof(name), "p/%d", i);
+        buf[0] = (uint8_t)i;
+        t0 = cnx_now();
+        if (cnx_store_put(store, name, buf, chunk, NULL) != 0)
+            die("put");
+        pw[i] = (cnx_now() - t0) * 1e3;
+        t0 = cnx_now();
+        if (cnx_store_get(store, name, 0, &back, &len) != 0)
+            die("get");
+        gr[i] = (cnx_now() - t0) * 1e3;
+        free(back);
+    }
+    double md = median(dg, r2), mp = median(pw, r2), mg = median(gr, r2);
+    double mb = (double)chunk / 1e6;
+    printf("data costs per 128^3 uint8 chunk (2.1 MB, medians of %d):\n",
+           r2);
+    printf("  sha256                            %7.3f ms  %7.1f MB/s  "
+           "openssl speed %7.1f MB/s\n",
+           md, mb / (md / 1e3), openssl_sha256_mbs());
+    printf("  durable put (write, fsync, link)  %7.3f ms  %7.1f MB/s  dd "
+           "conv=fdatasync %7.1f MB/s\n",
+           mp, mb / (mp / 1e3), dd_mbs(dir));
+    printf("  read                              %7.3f ms  %7.1f MB/s\n", mg,
+           mb / (mg / 1e3));
+    cnx_store_free(store);
+    cnx_producer_free(prod);
+    cnx_key_free(key);
+    free(statement);
+    free(envelope);
+    free(buf);
+}
+
+/* ---- part 2 ------------------------------------------------------------ */
+
+static void part2(const char *self, const char *boot, const char *dir,
+                  int ntasks, int nworkers)
+{
+    const int64_t chunk[3] = {128, 128, 128};
+    int64_t size[3] = {128 * (int64_t)ntasks, 128, 128};
+    const double res[3] = {8, 8, 8};
+    char src[600], dst[600], keydir[600], keypath[700];
+    cnx_layer_info info;
+    cnx_layer *layer;
+    cnx_volume *v;
+    cnx_box all;
+    cnx_key *key;
+    cnx_submit_opts o;
+    char **tasks;
+    size_t n;
+    pid_t pids[16];
+    cnx_kafka_opts k = {boot, NULL, "bench"};
+    cnx_producer *prod;
+
+    if (size[0] > 128 * 4096)
+        size[0] = 128 * 4096;
+    all = cnx_box_make(0, 0, 0, size[0], size[1], size[2]);
+    snprintf(src, sizeof(src), "file://%s/src", dir);
+    snprintf(dst, sizeof(dst), "file://%s/dst", dir);
+    snprintf(keydir, sizeof(keydir), "%s/keys", dir);
+    snprintf(keypath, sizeof(keypath), "%s/cnx.key", keydir);
+    cnx_info_init(&info, CNX_LAYER_IMAGE, CNX_DT_UINT8, size, res, chunk);
+    if (cnx_layer_create(&layer, src, &info) != 0 ||
+        cnx_volume_new(&v, CNX_DT_UINT8, &all, 1) != 0)
+        die("source layer");
+    for (size_t i = 0; i < cnx_volume_bytes(v); i++)
+        ((uint8_t *)v->data)[i] = (uint8_t)(i * 2654435761u >> 24);
+    if (cnx_layer_write(layer, 0, v, NULL) != 0)
+        die("source layer");
+    cnx_volume_free(v);
+    cnx_layer_free(layer);
+    if (cnx_layer_create(&layer, dst, &info) != 0)
+        die("output layer");
+    cnx_layer_free(layer);
+    if (cnx_key_generate(&key) != 0 || cnx_key_write(key, keydir) != 0)
+        die("key");
+    cnx_key_free(key);
+
+    memset(&o, 0, sizeof(o));
+    o.stage = "noop";
+    o.kernel_version = 1;
+    o.input_role = "source";
+    o.layer = src;
+    o.output_layer = dst;
+    o.output_scale = info.scales[0].key;
+    o.request = "bench";
+    o.deadline = "2030-01-01T00:00:00Z";
+    o.retry_budget = 3;
+    if (cnx_submit_plan(&o, &tasks, &n) != 0)
+        die("plan");
+    for (int w = 0; w < nworkers; w++) {
+        char inst[32];
+        snprintf(inst, sizeof(inst), "bench-%d", w);
+        pids[w] = fork();
+        if (pids[w] == 0) {
+            execl(self, self, "--worker", "--brokers", boot, "--key", keypath,
+                  "--instance", inst, "--allow-dirty", "--quiet",
+                  (char *)NULL);
+            _exit(127);
+        }
+    }
+    sleep(3); /* let the group form before the clock starts */
+    if (cnx_producer_new(&prod, &k) != 0)
+        die("producer");
+    double t0 = cnx_now();
+    for (size_t i = 0; i < n; i++)
+        if (cnx_producer_send(prod, "cnx.tasks.noop", NULL, tasks[i],
+                              strlen(tasks[i]), NULL, 0) != 0)
+            die("send");
+    cnx_producer_flush(prod, 30000);
+    /* Count succeeded events until all are in. */
+    const char *topics[] = {"cnx.events"};
+    cnx_consumer *cons;
+    if (cnx_consumer_new(&cons, &k, "bench-events", NULL, topics, 1, 0) != 0)
+        die("events consumer");
+    size_t done = 0;
+    double last = t0, until = cnx_now() + 300;
+    while (done < n && cnx_now() < until) {
+        cnx_message *m = NULL;
+        cnx_consumer_poll(cons, 200, &m);
+        if (m == NULL)
+            continue;
+        if (memmem(m->value, m->len, "\"type\":\"succeeded\"", 18) != NULL &&
+            memmem(m->value, m->len, "\"stage\":\"noop\"", 14) != NULL) {
+            done++;
+            last = cnx_now();
+        }
+        cnx_message_free(m);
+    }
+    double secs = last - t0;
+    printf("end to end: %zu no-op tasks on 128^3 uint8 chunks, %d workers: "
+           "%.2f s, %.1f tasks/s  target >= 60: %s\n",
+           done, nworkers, secs, secs > 0 ? (double)done / secs : 0.0,
+           done == n && (double)done / secs >= 60 ? "PASS" : "BELOW");
+    for (int w = 0; w < nworkers; w++) {
+        kill(pids[w], SIGTERM);
+        waitpid(pids[w], NULL, 0);
+    }
+    cnx_consumer_free(cons);
+    cnx_producer_free(prod);
+    for (size_t i = 0; i < n; i++)
+        free(tasks[i]);
+    free(tasks);
+}
+
+int main(int argc, char **argv)
+{
+    int ntasks = 240, nworkers = 2, repeat = 101;
+    char dir[] = "/tmp/cnx-bench-runtime-XXXXXX", cmd[128];
+    cnx_broker *broker;
+
+    if (argc > 1 && strcmp(argv[1], "--worker") == 0) {
+        argv[1] = argv[0];
+        return cnx_worker_main(&noop_stage, argc - 1, argv + 1);
+    }
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--tasks") == 0 && i + 1 < argc)
+            ntasks = (int)strtol(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--workers") == 0 && i + 1 < argc)
+            nworkers = (int)strtol(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc)
+            repeat = (int)strtol(argv[++i], NULL, 10);
+        else {
+            printf("usage: bench_runtime [--tasks N] [--workers N] "
+                   "[--repeat N]\n");
+            return strcmp(argv[i], "--help") == 0 ? 0 : 2;
+        }
+    }
+    if (ntasks < 1 || ntasks > 4096 || nworkers < 1 || nworkers > 16 ||
+        repeat < 3 || repeat > 256) {
+        fprintf(stderr, "bench_runtime: bad --tasks/--workers/--repeat\n");
+        return 2;
+    }
+    cnx_log_set_level(CNX_LOG_WARN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (mkdtemp(dir) == NULL ||
+        cnx_broker_new(&broker, 1, 4, "noop,downsample") != 0)
+        die("broker");
+    printf("bench_runtime: %s\n", cnx_build_describe());
+    part1(cnx_broker_bootstraps(broker), dir, repeat);
+    part2(argv[0], cnx_broker_bootstraps(broker), dir, ntasks, nworkers);
+    cnx_broker_free(broker);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : 1;
+}
