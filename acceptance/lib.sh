@@ -57,7 +57,7 @@ start_worker() { # instance, extra args... -> sets WPID
 }
 
 topic_dump() { # topic -> one message per line on stdout
-  kcat -b "$BOOT" -C -t "$1" -o beginning -e -q -D '\n' 2>/dev/null || true
+  timeout 30 kcat -b "$BOOT" -C -t "$1" -o beginning -e -q -D '\n' 2>/dev/null || true
 }
 
 count_events() { # type -> number of events of that type

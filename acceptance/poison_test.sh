@@ -15,7 +15,8 @@ head -n1 "$WORK/good.jsonl" >"$WORK/one.json"
 "$PY" "$SRC/acceptance/poison_messages.py" "$WORK/one.json" >"$WORK/poison.bin" 2>"$WORK/kinds.txt"
 nbad=$(wc -l <"$WORK/kinds.txt")
 
-start_worker poison-1
+port=$((20000 + RANDOM % 20000))
+start_worker poison-1 --metrics-port "$port"
 W1=$WPID
 start_worker poison-2
 W2=$WPID
@@ -68,6 +69,28 @@ for line in open(sys.argv[2], "rb").read().split(b"\n"):
         bad += 1
         print("    INVALID:", errs[0].message if errs else "no reason")
 sys.exit(1 if bad else 0)
+PY
+# Worker 1's Prometheus metrics: valid text exposition, counters that add up.
+check "metrics on :$port parse and count what worker 1 did" "$PY" - "$port" <<'PY'
+import re, sys, urllib.request
+text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=5).read().decode()
+samples = {}
+for line in text.splitlines():
+    if line.startswith("#"):
+        assert re.match(r"^# (HELP|TYPE) cnx_[a-z_]+ ", line), line
+        continue
+    m = re.match(r'^(cnx_[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$', line)
+    assert m, "bad sample line: %r" % line
+    samples[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+ok = samples['cnx_tasks_total{stage="downsample",outcome="succeeded"}'] + \
+     samples['cnx_tasks_total{stage="downsample",outcome="dead_lettered"}']
+assert ok >= 1, samples
+assert samples['cnx_tasks_in_flight{stage="downsample"}'] == 0
+assert samples['cnx_task_duration_seconds_count{stage="downsample"}'] == \
+    samples['cnx_tasks_total{stage="downsample",outcome="succeeded"}']
+print("  %d samples; succeeded %d, dead-lettered %d" % (len(samples),
+      samples['cnx_tasks_total{stage="downsample",outcome="succeeded"}'],
+      samples['cnx_tasks_total{stage="downsample",outcome="dead_lettered"}']))
 PY
 kill -TERM "$W1" "$W2"
 rc1=0; wait "$W1" || rc1=$?

@@ -551,10 +551,11 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
             break;
         }
         err = j->error;
-        cnx__stage_io_dispose(&j->io);
-        free(j);
         atomic_fetch_add(&w->metrics.failed_attempts, 1);
         send_event(w, "failed", &a, &err, NULL);
+        a.io = NULL; /* j->io is gone below */
+        cnx__stage_io_dispose(&j->io);
+        free(j);
         if (err.retriable && tries < task->retry_budget && !stop_signal) {
             double backoff = 0.2 * (double)(1 << (tries < 6 ? tries : 6));
             CNX_WARN("worker", "task %s attempt %d failed (retrying in "
