@@ -29,6 +29,15 @@ kcat -b "$BOOT" -P -t cnx.tasks.downsample -D '\x1e' <"$WORK/poison.bin"
 
 # Distinct dead-lettered source messages (a redelivery after a rebalance
 # may dead-letter one twice: at-least-once).
+# A retriable failure: the output directory of one task cannot be written
+# (a file stands where its scale directory should be), so every attempt
+# fails with EIO; after its budget of 2 retries it is dead-lettered.
+cp -r "$WORK/synth/image" "$WORK/blocked"
+touch "$WORK/blocked/16_16_16"
+"$BIN/cnx-submit" --brokers "$BOOT" --layer "file://$WORK/blocked" --request retry \
+  --roi 0,0,0,128,128,128 --retry-budget 2 >/dev/null
+nbad=$((nbad + 1))
+
 dlq_count() {
   topic_dump cnx.dlq |
     grep -o '"source":{"offset":[0-9]*,"partition":[0-9]*,"topic":"[^"]*"}' |
@@ -92,6 +101,15 @@ print("  %d samples; succeeded %d, dead-lettered %d" % (len(samples),
       samples['cnx_tasks_total{stage="downsample",outcome="succeeded"}'],
       samples['cnx_tasks_total{stage="downsample",outcome="dead_lettered"}']))
 PY
+retried() {
+  [ "$(topic_dump cnx.events | grep '"request":"retry"' | grep '"type":"failed"' \
+       | grep -c '"retriable":true')" -eq 3 ]
+}
+retry_dead_lettered() {
+  retried && grep '"code":"EIO"' "$WORK/dlq.jsonl" | grep -q '"attempts":3'
+}
+check "the retriable failure was tried 3 times (budget 2), then dead-lettered with attempts 3" \
+  retry_dead_lettered
 kill -TERM "$W1" "$W2"
 rc1=0; wait "$W1" || rc1=$?
 rc2=0; wait "$W2" || rc2=$?
