@@ -903,3 +903,20 @@ done:
     rd_kafka_destroy(rk);
     return rc;
 }
+
+void cnx_producer_prepare(cnx_producer *producer, const char *const *topics,
+                          size_t ntopics, int timeout_ms)
+{
+    for (size_t i = 0; i < ntopics; i++) {
+        const struct rd_kafka_metadata *md = NULL;
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(producer->rk, topics[i],
+                                                   NULL);
+        if (rkt == NULL)
+            continue;
+        if (rd_kafka_metadata(producer->rk, 0, rkt, &md, timeout_ms) ==
+                RD_KAFKA_RESP_ERR_NO_ERROR &&
+            md != NULL)
+            rd_kafka_metadata_destroy(md);
+        rd_kafka_topic_destroy(rkt);
+    }
+}

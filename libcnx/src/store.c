@@ -3,7 +3,7 @@
  * and the file:// backend.
  *
  * A put writes a uniquely named temporary file in the object's directory,
- * fsyncs it, then link(2)s it to the final name -- link never replaces an
+ * fdatasyncs it, then link(2)s it to the final name -- link never replaces an
  * existing file, so of two racing writers exactly one wins and the other
  * compares bytes (identical: success; different: CNX_EIMMUTABLE). The
  * directory is fsynced after the link so the name survives a crash. A
@@ -439,7 +439,7 @@ int cnx_store_put(cnx_store *store, const char *name, const void *data,
         inflight_remove(tmp);
         return rc;
     }
-    if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+    if (write_all(fd, data, len) != 0 || fdatasync(fd) != 0) {
         rc = cnx_error_set(CNX_EIO, 1, "cannot write object %s: %s", name,
                            strerror(errno));
         close(fd);

@@ -526,12 +526,15 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
         if (j->rc == 0) {
             /* The manifest is acknowledged before the event that names
              * it is sent: a "succeeded" event always has its manifest. */
+            double p0 = cnx_now(), p1 = 0, p2 = 0, p3 = 0;
             int rc = send_manifest(w, &a, manifest);
             if (rc == 0)
                 rc = flush_or_die(w);
+            p1 = cnx_now();
             if (rc == 0)
                 rc = send_event(w, "succeeded", &a, NULL, manifest);
             if (rc == 0 && flush_or_die(w) == 0) {
+                p2 = cnx_now();
                 double secs = a.finished - a.started;
                 atomic_fetch_add(&w->metrics.succeeded, 1);
                 atomic_fetch_add(&w->metrics.voxels, j->io.voxels);
@@ -541,8 +544,11 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
                 if (cnx_consumer_commit(w->lanes[lane], msg) != 0)
                     CNX_WARN("worker", "commit: %s",
                              cnx_error_last()->message);
-                CNX_DEBUG("worker", "task %s done in %.3f s (%zu outputs)",
-                          task->key, secs, j->io.written.count);
+                p3 = cnx_now();
+                CNX_DEBUG("worker", "task %s: %.1f ms to durable outputs, "
+                          "manifest %.1f ms, event %.1f ms, commit %.1f ms",
+                          task->key, secs * 1e3, (p1 - p0) * 1e3,
+                          (p2 - p1) * 1e3, (p3 - p2) * 1e3);
             } else {
                 result = FATAL;
             }
@@ -635,6 +641,11 @@ static int start(worker *w)
     rc = cnx_producer_new(&w->producer, &o->kafka);
     if (rc != 0)
         return rc;
+    {
+        const char *out_topics[] = {CNX_TOPIC_EVENTS, CNX_TOPIC_LINEAGE,
+                                    CNX_TOPIC_DLQ};
+        cnx_producer_prepare(w->producer, out_topics, 3, 5000);
+    }
     cnx_topic_tasks(urgent, sizeof(urgent), w->stage->name, 1);
     cnx_topic_tasks(bulk, sizeof(bulk), w->stage->name, 0);
     if (o->group != NULL)

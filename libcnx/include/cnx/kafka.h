@@ -80,6 +80,14 @@ int cnx_producer_send(cnx_producer *producer, const char *topic,
                       const cnx_kafka_header *headers, size_t nheaders);
 
 /**
+ * Fetch the metadata of topics now, so that the first message sent to each
+ * does not wait for it (a worker calls this at start, before its first
+ * task). Failures are not errors: sending fetches what is missing.
+ */
+void cnx_producer_prepare(cnx_producer *producer, const char *const *topics,
+                          size_t ntopics, int timeout_ms);
+
+/**
  * Wait until every message sent so far is acknowledged by the broker.
  * @return 0 if all were delivered; CNX_EIO (retriable) on timeout (the
  *         messages stay queued and a later flush may succeed) or if any
