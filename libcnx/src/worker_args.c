@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cnx/cli.h"
 #include "cnx/error.h"
 #include "cnx/lineage.h"
 #include "cnx/log.h"
@@ -21,31 +22,6 @@ static int usage_error(const cnx_stage *stage, const char *what,
     fprintf(stderr, "cnx-%s: %s '%s' (see --help)\n", stage->name, what,
             arg ? arg : "");
     return 2;
-}
-
-static int parse_double(const char *text, double lo, double hi, double *out)
-{
-    char *end;
-    double v;
-    errno = 0;
-    v = strtod(text, &end);
-    if (errno != 0 || end == text || *end != '\0' || !(v >= lo && v <= hi))
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_int(const char *text, long long lo, long long hi,
-                     long long *out)
-{
-    char *end;
-    long long v;
-    errno = 0;
-    v = strtoll(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
 }
 
 static void help(const cnx_stage *stage)
@@ -110,7 +86,7 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0}};
-    long long n;
+    int64_t n;
     int c;
 
     memset(opts, 0, sizeof(*opts));
@@ -136,30 +112,30 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
             break;
         case O_DIRTY: opts->allow_dirty = 1; break;
         case O_GRACE:
-            if (parse_double(optarg, 0, 86400, &opts->grace_s) != 0)
+            if (cnx_cli_double(optarg, 0, 86400, &opts->grace_s) != 0)
                 return usage_error(stage, "bad --grace", optarg);
             break;
         case O_METRICS:
-            if (parse_int(optarg, 1, 65535, &n) != 0)
+            if (cnx_cli_int(optarg, 1, 65535, &n) != 0)
                 return usage_error(stage, "bad --metrics-port", optarg);
             opts->metrics_port = (int)n;
             break;
         case O_MAXT:
-            if (parse_int(optarg, 1, (long long)1 << 40, &n) != 0)
+            if (cnx_cli_int(optarg, 1, (long long)1 << 40, &n) != 0)
                 return usage_error(stage, "bad --max-tasks", optarg);
             opts->max_tasks = n;
             break;
         case O_IDLE:
-            if (parse_double(optarg, 0.1, 86400, &opts->idle_exit_s) != 0)
+            if (cnx_cli_double(optarg, 0.1, 86400, &opts->idle_exit_s) != 0)
                 return usage_error(stage, "bad --idle-exit", optarg);
             break;
         case O_SLOW:
-            if (parse_int(optarg, 0, 3600000, &n) != 0)
+            if (cnx_cli_int(optarg, 0, 3600000, &n) != 0)
                 return usage_error(stage, "bad --slow-ms", optarg);
             opts->slow_ms = (int)n;
             break;
         case O_SESSION:
-            if (parse_int(optarg, 1000, 3600000, &n) != 0)
+            if (cnx_cli_int(optarg, 1000, 3600000, &n) != 0)
                 return usage_error(stage, "bad --session-timeout-ms", optarg);
             opts->session_timeout_ms = (int)n;
             break;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cnx/broker.h"
+#include "cnx/cli.h"
 #include "cnx/error.h"
 #include "cnx/log.h"
 
@@ -54,40 +55,11 @@ static int bad_usage(const char *fmt, const char *arg)
 /* A decimal integer in [lo, hi], the whole of text. */
 static int parse_int(const char *text, long lo, long hi, int *out)
 {
-    char *end;
-    long v;
-    if (text[0] < '0' || text[0] > '9')
-        return -1;
-    errno = 0;
-    v = strtol(text, &end, 10);
-    if (errno != 0 || *end != '\0' || v < lo || v > hi)
+    int64_t v;
+    if (cnx_cli_int(text, lo, hi, &v) != 0)
         return -1;
     *out = (int)v;
     return 0;
-}
-
-/*
- * Match option name at argv[*i], as "--name VALUE" or "--name=VALUE".
- * @return 1 and *value set; 0 if it is not this option; -1 if the value
- *         is missing.
- */
-static int option(int argc, char **argv, int *i, const char *name,
-                  const char **value)
-{
-    const char *arg = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(arg, name, n) != 0)
-        return 0;
-    if (arg[n] == '=') {
-        *value = arg + n + 1;
-        return 1;
-    }
-    if (arg[n] != '\0')
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *value = argv[++*i];
-    return 1;
 }
 
 int main(int argc, char **argv)
@@ -107,7 +79,7 @@ int main(int argc, char **argv)
         }
         for (k = 0; k < 3 && !matched; k++) {
             const char *value = NULL;
-            int m = option(argc, argv, &i, valued[k], &value);
+            int m = cnx_cli_option(argc, argv, &i, valued[k], &value);
             if (m < 0)
                 return bad_usage("%s needs a value", valued[k]);
             if (m > 0) {

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cnx/cli.h"
 #include "cnx/downsample.h"
 #include "cnx/error.h"
 #include "cnx/kafka.h"
@@ -56,27 +57,6 @@ static int fail_usage(const char *what, const char *arg)
 {
     fprintf(stderr, PROG ": %s '%s' (see --help)\n", what, arg ? arg : "");
     return 2;
-}
-
-static int parse_ints(const char *text, int64_t *out, int n)
-{
-    const char *p = text;
-    for (int i = 0; i < n; i++) {
-        char *end;
-        errno = 0;
-        long long v = strtoll(p, &end, 10);
-        if (errno != 0 || end == p)
-            return -1;
-        out[i] = v;
-        if (i < n - 1) {
-            if (*end != ',')
-                return -1;
-            p = end + 1;
-        } else if (*end != '\0') {
-            return -1;
-        }
-    }
-    return 0;
 }
 
 int main(int argc, char **argv)
@@ -131,19 +111,19 @@ int main(int argc, char **argv)
         case O_OUTPUT: o.output_layer = optarg; break;
         case O_OSCALE: o.output_scale = optarg; break;
         case O_ROI:
-            if (parse_ints(optarg, v, 6) != 0)
+            if (cnx_cli_ints(optarg, v, 6) != 0)
                 return fail_usage("bad --roi", optarg);
             o.roi = cnx_box_make(v[0], v[1], v[2], v[3], v[4], v[5]);
             o.has_roi = 1;
             break;
         case O_TASK:
-            if (parse_ints(optarg, o.task_size, 3) != 0 ||
+            if (cnx_cli_ints(optarg, o.task_size, 3) != 0 ||
                 o.task_size[0] < 1 || o.task_size[1] < 1 ||
                 o.task_size[2] < 1)
                 return fail_usage("bad --task-size", optarg);
             break;
         case O_HALO:
-            if (parse_ints(optarg, &o.halo, 1) != 0 || o.halo < 0 ||
+            if (cnx_cli_ints(optarg, &o.halo, 1) != 0 || o.halo < 0 ||
                 o.halo > 256)
                 return fail_usage("bad --halo", optarg);
             halo_set = 1;
@@ -152,7 +132,7 @@ int main(int argc, char **argv)
         case O_REQUEST: o.request = optarg; break;
         case O_DEADLINE: deadline_arg = optarg; break;
         case O_BUDGET:
-            if (parse_ints(optarg, &o.retry_budget, 1) != 0 ||
+            if (cnx_cli_ints(optarg, &o.retry_budget, 1) != 0 ||
                 o.retry_budget < 0 || o.retry_budget > 100)
                 return fail_usage("bad --retry-budget", optarg);
             break;
@@ -181,7 +161,7 @@ int main(int argc, char **argv)
             char num[32];
             int64_t hours;
             snprintf(num, sizeof(num), "%.*s", (int)(n - 1), deadline_arg);
-            if (parse_ints(num, &hours, 1) != 0 || hours < 0 || hours > 87600)
+            if (cnx_cli_ints(num, &hours, 1) != 0 || hours < 0 || hours > 87600)
                 return fail_usage("bad --deadline", deadline_arg);
             unix_time = (int64_t)time(NULL) + hours * 3600;
             cnx_rfc3339_format((double)unix_time, deadline);

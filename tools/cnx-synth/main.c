@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cnx/cli.h"
 #include "cnx/error.h"
 #include "cnx/synth.h"
 
@@ -121,30 +122,6 @@ static int parse_seed(const char *text, uint64_t *out)
     return 0;
 }
 
-/*
- * Match option name at argv[*i], as "--name VALUE" or "--name=VALUE".
- * @return 1 and *value set; 0 if it is not this option; -1 if the value
- *         is missing.
- */
-static int option(int argc, char **argv, int *i, const char *name,
-                  const char **value)
-{
-    const char *arg = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(arg, name, n) != 0)
-        return 0;
-    if (arg[n] == '=') {
-        *value = arg + n + 1;
-        return 1;
-    }
-    if (arg[n] != '\0')
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *value = argv[++*i];
-    return 1;
-}
-
 int main(int argc, char **argv)
 {
     static const char *const valued[] = {"--out", "--shape", "--seed",
@@ -167,7 +144,7 @@ int main(int argc, char **argv)
         }
         for (k = 0; k < 4 && !matched; k++) {
             const char *value = NULL;
-            int m = option(argc, argv, &i, valued[k], &value);
+            int m = cnx_cli_option(argc, argv, &i, valued[k], &value);
             if (m < 0)
                 return bad_usage("%s needs a value", valued[k]);
             if (m > 0) {
