@@ -5,9 +5,9 @@
  * type, both modes and every factor; rounding and tie cases by hand; edge
  * blocks; determinism and invariance to how a volume is cut into tasks;
  * the factor rule; the next scale's geometry; concurrent scale adds; and
- * the stage itself, run through a minimal stand-in for the worker
- * runtime's I/O (cnx_stage_read/_write over real layers in a temporary
- * directory), which this file defines in place of the runtime's own.
+ * the stage itself, run through the worker runtime's own I/O
+ * (cnx_stage_read/_write, digest-checked, over real layers in a temporary
+ * directory).
  */
 #include "cnx_test.h"
 
@@ -19,6 +19,7 @@
 #include "cnx/precomputed.h"
 #include "cnx/stages.h"
 #include "cnx/volume.h"
+#include "worker_int.h"
 
 __extension__ typedef unsigned __int128 u128;
 
@@ -721,52 +722,12 @@ static void test_downsample__racing_scale_adds_end_with_one_scale(void **state)
     cnx_test_rmtree(dir);
 }
 
-/* ---- the stage, through a stand-in for the runtime's I/O -------------- */
+/* ---- the stage, through the runtime's own I/O ------------------------- */
 
-/*
- * The worker runtime (libcnx/src/worker.c) defines these for real, with
- * digest checks and manifests. This file defines the five the stage uses,
- * so the runtime's object is never linked into this test.
- */
-struct cnx_stage_io {
-    const cnx_task *task;
-    cnx_layer *src;
-    cnx_layer *out;
-    int64_t voxels;
-    int writes;
-};
-
-cnx_layer *cnx_stage_input_layer(cnx_stage_io *io, const char *role)
+static int cmp_object(const void *a, const void *b)
 {
-    return strcmp(role, "source") == 0 ? io->src : NULL;
-}
-
-cnx_layer *cnx_stage_output_layer(cnx_stage_io *io)
-{
-    return io->out;
-}
-
-int cnx_stage_read(cnx_stage_io *io, const char *role, const cnx_box *box,
-                   cnx_volume **out)
-{
-    const cnx_task_input *in = cnx_task_input_get(io->task, role);
-    int s = cnx_info_find_scale(cnx_layer_get_info(io->src), in->scale);
-    assert_true(s >= 0);
-    return cnx_layer_read(io->src, s, box, 0, NULL, NULL, NULL, out);
-}
-
-int cnx_stage_write(cnx_stage_io *io, const cnx_volume *vol)
-{
-    int s = cnx_info_find_scale(cnx_layer_get_info(io->out),
-                                io->task->output_scale);
-    assert_true(s >= 0);
-    io->writes++;
-    return cnx_layer_write(io->out, s, vol, NULL);
-}
-
-void cnx_stage_add_voxels(cnx_stage_io *io, int64_t voxels)
-{
-    io->voxels += voxels;
+    return strcmp(((const cnx_task_object *)a)->name,
+                  ((const cnx_task_object *)b)->name);
 }
 
 /* A task for the stage, pointing at borrowed strings. */
@@ -787,21 +748,44 @@ static void make_task(cnx_task *task, const char *url, const char *src_key,
     task->parameters = (char *)params;
 }
 
-/* Run the stage once with fresh layer handles, as a worker would. */
-static int run_stage(const cnx_task *task, int64_t *voxels)
+/*
+ * Run the stage once as a worker would: the task lists every source chunk
+ * its roi touches with the chunk's digest (as cnx-submit plans it), and the
+ * stage reads and writes through the runtime's cnx_stage_io, which checks
+ * those digests.
+ */
+static int run_stage(const cnx_task *planned, int64_t *voxels)
 {
+    cnx_task task = *planned;
+    cnx_object_list objs;
+    cnx_task_object *list;
+    cnx_layer *src = NULL;
     cnx_stage_io io;
-    int rc;
-    memset(&io, 0, sizeof(io));
-    io.task = task;
-    assert_int_equal(cnx_layer_open(&io.src, task->inputs[0].layer), 0);
-    assert_int_equal(cnx_layer_open(&io.out, task->output_layer), 0);
+    int rc, s;
+
+    cnx_object_list_init(&objs);
+    assert_int_equal(cnx_layer_open(&src, task.inputs[0].layer), 0);
+    s = cnx_info_find_scale(cnx_layer_get_info(src), task.inputs[0].scale);
+    if (s >= 0)
+        assert_int_equal(cnx_layer_digests(src, s, &task.roi, &objs), 0);
+    list = calloc(objs.count + 1, sizeof(*list));
+    assert_non_null(list);
+    for (size_t i = 0; i < objs.count; i++) {
+        list[i].name = objs.items[i].name;
+        memcpy(list[i].digest, objs.items[i].digest, CNX_DIGEST_LEN);
+    }
+    qsort(list, objs.count, sizeof(*list), cmp_object);
+    task.inputs[0].objects = list;
+    task.inputs[0].nobjects = objs.count;
+    assert_int_equal(cnx__stage_io_init(&io, &task), 0);
     cnx_error_clear();
-    rc = cnx_stage_downsample.run(cnx_stage_downsample.ctx, task, &io);
+    rc = cnx_stage_downsample.run(cnx_stage_downsample.ctx, &task, &io);
     if (voxels != NULL)
         *voxels += io.voxels;
-    cnx_layer_free(io.src);
-    cnx_layer_free(io.out);
+    cnx__stage_io_dispose(&io);
+    free(list);
+    cnx_object_list_dispose(&objs);
+    cnx_layer_free(src);
     return rc;
 }
 
@@ -1002,16 +986,7 @@ static void test_downsample__stage_refuses_bad_tasks(void **state)
     /* No source role. */
     make_task(&task, url, "8_8_8", "16_16_16", "{}", &roi);
     snprintf(task.inputs[0].role, sizeof(task.inputs[0].role), "image");
-    {
-        cnx_stage_io io;
-        memset(&io, 0, sizeof(io));
-        io.task = &task;
-        assert_int_equal(cnx_layer_open(&io.out, url), 0);
-        assert_int_equal(
-            cnx_stage_downsample.run(cnx_stage_downsample.ctx, &task, &io),
-            CNX_ESCHEMA);
-        cnx_layer_free(io.out);
-    }
+    assert_int_equal(run_stage(&task, NULL), CNX_ESCHEMA);
     /* Nothing refused changed the info. */
     assert_int_equal(cnx_layer_open(&layer, url), 0);
     assert_int_equal(cnx_layer_get_info(layer)->nscales, 1);
