@@ -23,17 +23,7 @@
 #include "cnx/log.h"
 #include "cnx/precomputed.h"
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "bench_util.h"
 
 /* Run a command and return the last line of its stdout (static buffer). */
 static const char *run_last_line(const char *cmd)
@@ -58,7 +48,6 @@ static void bench_sha(int repeat)
     uint8_t *buf = malloc(len);
     double t[32], peer = 0;
     char d[CNX_DIGEST_LEN];
-    const char *line;
     uint64_t x = 88172645463325252ull;
     for (size_t i = 0; i < len; i++) {
         x ^= x << 13;
@@ -71,16 +60,8 @@ static void bench_sha(int repeat)
         cnx_digest(buf, len, d);
         t[r] = (double)len / 1e6 / (cnx_now() - t0);
     }
-    /* openssl speed prints "sha256 <k/s per block size>..."; the last
-     * column is 16384-byte blocks, in thousands of bytes per second. */
-    line = run_last_line("openssl speed -evp sha256 -bytes 16384 -seconds 2 "
-                         "2>/dev/null | grep -i '^sha256'");
-    if (line[0] != '\0') {
-        const char *k = strrchr(line, ' ');
-        if (k != NULL)
-            peer = strtod(k + 1, NULL) / 1000.0;
-    }
-    double ours = median(t, repeat);
+    peer = bench_openssl_sha256_mbs();
+    double ours = bench_median(t, repeat);
     printf("sha256            %9.1f MB/s   openssl speed -evp sha256 %9.1f "
            "MB/s   ratio %.2f (target >= 0.90)\n",
            ours, peer, peer > 0 ? ours / peer : 0.0);
@@ -123,7 +104,7 @@ static int bench_cseg(const char *synth, int repeat)
         fprintf(stderr, "bench_core: cseg round trip differs\n");
         return 1;
     }
-    double e = median(te, repeat), d = median(td, repeat);
+    double e = bench_median(te, repeat), d = bench_median(td, repeat);
     /* Peer on the same chunk: the numpy codec (bench/cseg_peer.py), which
      * also says whether its bytes equal ours. */
     char cseg_path[64];
@@ -226,9 +207,9 @@ static int bench_layer(int repeat)
         pw = pr = 0;
     printf("layer write uint8 %9.1f MB/s   numpy+fsync peer %9.1f MB/s  "
            "(128^3 chunks, atomic write-once)\n",
-           median(tw, repeat), pw);
+           bench_median(tw, repeat), pw);
     printf("layer read  uint8 %9.1f MB/s   numpy peer       %9.1f MB/s\n",
-           median(tr, repeat), pr);
+           bench_median(tr, repeat), pr);
     cnx_volume_free(v);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     return system(cmd) == 0 ? 0 : 1;

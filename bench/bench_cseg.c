@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "cnx/cseg.h"
 #include "cnx/error.h"
 #include "cnx/log.h"
@@ -171,18 +172,6 @@ static int read_chunk(const char *path, uint64_t *vol)
         vol[i] = v;
     }
     return 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return v[n / 2];
 }
 
 /* Distinct labels per 8^3 block, averaged; and the most in one block. */
@@ -377,9 +366,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_cseg: round trip MISMATCH\n");
         goto done;
     }
-    /* median() sorts, so the fastest run is then the first. */
-    enc_mvxs = (double)NVOX / median(te, CSEG_RUNS) / 1e6;
-    dec_mvxs = (double)NVOX / median(td, CSEG_RUNS) / 1e6;
+    /* bench_median() sorts, so the fastest run is then the first. */
+    enc_mvxs = (double)NVOX / bench_median(te, CSEG_RUNS) / 1e6;
+    dec_mvxs = (double)NVOX / bench_median(td, CSEG_RUNS) / 1e6;
     printf("encode: ours %8.1f MVx/s (median of %d, best %.1f)   target >= "
            "%.0f  %s\n",
            enc_mvxs, CSEG_RUNS, (double)NVOX / te[0] / 1e6, TARGET_ENCODE,

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "cnx/downsample.h"
 #include "cnx/error.h"
 #include "cnx/log.h"
@@ -148,12 +149,6 @@ done:
     return rc;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /*
  * Median MVx/s of RUNS runs downsampling in (data borrowed) into out.
  * @return -1 on a kernel failure.
@@ -172,7 +167,7 @@ static double time_kernel(cnx_volume *out, const cnx_volume *in,
         }
         t[r] = cnx_now() - t0;
     }
-    qsort(t, RUNS, sizeof(t[0]), cmp_double);
+    qsort(t, RUNS, sizeof(t[0]), bench_cmp_double);
     return (double)cnx_volume_voxels(in) / t[RUNS / 2] / 1e6;
 }
 

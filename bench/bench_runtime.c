@@ -36,6 +36,8 @@
 #include "cnx/submit.h"
 #include "cnx/worker.h"
 
+#include "bench_util.h"
+
 /* ---- the no-op stage ------------------------------------------------- */
 
 static int noop_run(void *ctx, const cnx_task *task, cnx_stage_io *io)
@@ -59,36 +61,11 @@ static const cnx_stage noop_stage = {
 
 /* ---- helpers ---------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static void die(const char *what)
 {
     fprintf(stderr, "bench_runtime: %s: %s\n", what,
             cnx_error_last()->message);
     exit(1);
-}
-
-static double openssl_sha256_mbs(void)
-{
-    char line[1024], last[1024] = "";
-    FILE *p = popen("openssl speed -evp sha256 -bytes 16384 -seconds 2 "
-                    "2>/dev/null | grep -i '^sha256'", "r");
-    while (p != NULL && fgets(line, sizeof(line), p) != NULL)
-        memcpy(last, line, sizeof(line));
-    if (p != NULL)
-        pclose(p);
-    const char *k = strrchr(last, ' ');
-    return k ? strtod(k + 1, NULL) / 1000.0 : 0.0;
 }
 
 static double dd_mbs(const char *dir)
@@ -184,8 +161,8 @@ static void part1(const char *boot, const char *dir, int repeat)
             cm[n++] = (cnx_now() - t0) * 1e3;
         cnx_message_free(m);
     }
-    double mrt = median(rt, repeat), mst = median(st, repeat),
-           msg = median(sg, repeat), mcm = n ? median(cm, n) : 0;
+    double mrt = bench_median(rt, repeat), mst = bench_median(st, repeat),
+           msg = bench_median(sg, repeat), mcm = n ? bench_median(cm, n) : 0;
     double total = 2 * mrt + mst + msg + mcm;
     printf("runtime overhead per task (medians of %d):\n", repeat);
     printf("  kafka round trip (produce + ack)  %7.3f ms  x2 (manifest, "
@@ -222,13 +199,14 @@ static void part1(const char *boot, const char *dir, int repeat)
         gr[i] = (cnx_now() - t0) * 1e3;
         free(back);
     }
-    double md = median(dg, r2), mp = median(pw, r2), mg = median(gr, r2);
+    double md = bench_median(dg, r2), mp = bench_median(pw, r2);
+    double mg = bench_median(gr, r2);
     double mb = (double)chunk / 1e6;
     printf("data costs per 128^3 uint8 chunk (2.1 MB, medians of %d):\n",
            r2);
     printf("  sha256                            %7.3f ms  %7.1f MB/s  "
            "openssl speed %7.1f MB/s\n",
-           md, mb / (md / 1e3), openssl_sha256_mbs());
+           md, mb / (md / 1e3), bench_openssl_sha256_mbs());
     printf("  durable put (write, fsync, link)  %7.3f ms  %7.1f MB/s  dd "
            "conv=fdatasync %7.1f MB/s\n",
            mp, mb / (mp / 1e3), dd_mbs(dir));
@@ -350,7 +328,8 @@ static void part2(const char *self, const char *boot, const char *dir,
     if (nt > 0)
         printf("in the workers, per task (medians): %.2f ms from take to "
                "outputs durable, of which %.2f ms writing\n",
-               median(task_total, (int)nt), median(task_write, (int)nt));
+               bench_median(task_total, (int)nt),
+               bench_median(task_write, (int)nt));
     printf("end to end: %zu no-op tasks on 128^3 uint8 chunks, %d workers: "
            "%.2f s, %.1f tasks/s  target >= 60: %s\n",
            done, nworkers, secs, secs > 0 ? (double)done / secs : 0.0,
