@@ -47,7 +47,7 @@ int cnx_cli_double(const char *text, double lo, double hi, double *out)
 {
     char *end;
     double v;
-    if (text == NULL || text[0] == '\0' || text[0] == ' ')
+    if (text == NULL || text[0] == '\0' || text[0] == ' ' || text[0] == '+')
         return -1;
     errno = 0;
     v = strtod(text, &end);
@@ -58,23 +58,50 @@ int cnx_cli_double(const char *text, double lo, double hi, double *out)
     return 0;
 }
 
-int cnx_cli_ints(const char *text, int64_t *out, size_t n)
+/* Copy the i-th of n comma-separated fields of *p into buf; advance *p. */
+static int next_field(const char **p, size_t i, size_t n, char *buf,
+                      size_t cap)
+{
+    const char *end = i + 1 < n ? strchr(*p, ',') : *p + strlen(*p);
+    size_t len;
+    if (end == NULL)
+        return -1;
+    len = (size_t)(end - *p);
+    if (len == 0 || len >= cap)
+        return -1;
+    memcpy(buf, *p, len);
+    buf[len] = '\0';
+    *p = end + 1;
+    return 0;
+}
+
+int cnx_cli_ints_in(const char *text, int64_t lo, int64_t hi, int64_t *out,
+                    size_t n)
 {
     const char *p = text;
     for (size_t i = 0; i < n; i++) {
         char buf[32];
-        const char *comma = i + 1 < n ? strchr(p, ',') : p + strlen(p);
-        size_t len;
-        if (comma == NULL)
+        if (next_field(&p, i, n, buf, sizeof(buf)) != 0 ||
+            cnx_cli_int(buf, lo, hi, &out[i]) != 0)
             return -1;
-        len = (size_t)(comma - p);
-        if (len == 0 || len >= sizeof(buf))
+    }
+    return 0;
+}
+
+int cnx_cli_ints(const char *text, int64_t *out, size_t n)
+{
+    return cnx_cli_ints_in(text, INT64_MIN, INT64_MAX, out, n);
+}
+
+int cnx_cli_doubles(const char *text, double lo, double hi, double *out,
+                    size_t n)
+{
+    const char *p = text;
+    for (size_t i = 0; i < n; i++) {
+        char buf[64];
+        if (next_field(&p, i, n, buf, sizeof(buf)) != 0 ||
+            cnx_cli_double(buf, lo, hi, &out[i]) != 0)
             return -1;
-        memcpy(buf, p, len);
-        buf[len] = '\0';
-        if (cnx_cli_int(buf, INT64_MIN, INT64_MAX, &out[i]) != 0)
-            return -1;
-        p = comma + 1;
     }
     return 0;
 }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cnx/cli.h"
 #include "cnx/error.h"
 #include "cnx/ingest.h"
 #include "cnx/log.h"
@@ -61,66 +62,6 @@ static int failure(void)
 {
     fprintf(stderr, PROG ": error: %s\n", cnx_error_last()->message);
     return 1;
-}
-
-/* "A,B,C" of integers in [lo, hi]. @return 0, or -1 if malformed. */
-static int parse_ints3(const char *text, int64_t lo, int64_t hi, int64_t out[3])
-{
-    const char *p = text;
-    for (int i = 0; i < 3; i++) {
-        char *end;
-        long long v;
-        if (*p == '\0' || *p == ' ' || *p == '+')
-            return -1;
-        errno = 0;
-        v = strtoll(p, &end, 10);
-        if (errno != 0 || end == p || v < lo || v > hi)
-            return -1;
-        out[i] = v;
-        if (i < 2 && *end != ',')
-            return -1;
-        if (i == 2 && *end != '\0')
-            return -1;
-        p = end + 1;
-    }
-    return 0;
-}
-
-/* "A,B,C" of finite positive numbers. @return 0, or -1 if malformed. */
-static int parse_reals3(const char *text, double out[3])
-{
-    const char *p = text;
-    for (int i = 0; i < 3; i++) {
-        char *end;
-        double v;
-        if (*p == '\0' || *p == ' ' || *p == '+')
-            return -1;
-        errno = 0;
-        v = strtod(p, &end);
-        if (errno != 0 || end == p || !isfinite(v) || !(v > 0.0))
-            return -1;
-        out[i] = v;
-        if (i < 2 && *end != ',')
-            return -1;
-        if (i == 2 && *end != '\0')
-            return -1;
-        p = end + 1;
-    }
-    return 0;
-}
-
-static int parse_int(const char *text, int64_t lo, int64_t hi, int64_t *out)
-{
-    char *end;
-    long long v;
-    if (*text == '\0' || *text == ' ' || *text == '+')
-        return -1;
-    errno = 0;
-    v = strtoll(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
 }
 
 static int run_tiles(const char *path, const char *url, int64_t max_error)
@@ -188,14 +129,14 @@ int main(int argc, char **argv)
             cfg.url = optarg;
             break;
         case OPT_RES:
-            if (parse_reals3(optarg, cfg.resolution) != 0)
+            if (cnx_cli_doubles(optarg, 1e-300, 1e300, cfg.resolution, 3) != 0)
                 return usage_error("--resolution: expected X,Y,Z positive "
                                    "numbers (nm), got '%s'",
                                    optarg);
             stack_opts = 1;
             break;
         case OPT_CHUNK:
-            if (parse_ints3(optarg, 1, (int64_t)1 << 20, cfg.chunk) != 0)
+            if (cnx_cli_ints_in(optarg, 1, (int64_t)1 << 20, cfg.chunk, 3) != 0)
                 return usage_error("--chunk: expected X,Y,Z integers in "
                                    "[1, 1048576], got '%s'",
                                    optarg);
@@ -206,7 +147,7 @@ int main(int argc, char **argv)
             stack_opts = 1;
             break;
         case OPT_THREADS:
-            if (parse_int(optarg, 0, 256, &threads) != 0)
+            if (cnx_cli_int(optarg, 0, 256, &threads) != 0)
                 return usage_error("--threads: expected an integer in "
                                    "[0, 256], got '%s'",
                                    optarg);
@@ -217,7 +158,7 @@ int main(int argc, char **argv)
             tiles = optarg;
             break;
         case OPT_MAXERR:
-            if (parse_int(optarg, 0, 65536, &max_error) != 0)
+            if (cnx_cli_int(optarg, 0, 65536, &max_error) != 0)
                 return usage_error("--max-error: expected an integer in "
                                    "[0, 65536] (pixels), got '%s'",
                                    optarg);

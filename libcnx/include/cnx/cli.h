@@ -31,6 +31,14 @@ int cnx_cli_double(const char *text, double lo, double hi, double *out);
 /** Parse exactly n comma-separated integers ("1,2,3"). @return 0 or -1. */
 int cnx_cli_ints(const char *text, int64_t *out, size_t n);
 
+/** Exactly n comma-separated integers, each in [lo, hi]. @return 0 or -1. */
+int cnx_cli_ints_in(const char *text, int64_t lo, int64_t hi, int64_t *out,
+                    size_t n);
+
+/** Exactly n comma-separated finite numbers, each in [lo, hi]. */
+int cnx_cli_doubles(const char *text, double lo, double hi, double *out,
+                    size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -52,6 +52,13 @@ static void test_cli__doubles_and_lists(void **state)
     assert_int_equal(cnx_cli_ints("1,2,3,4", v, 3), -1);
     assert_int_equal(cnx_cli_ints("1,,3", v, 3), -1);
     assert_int_equal(cnx_cli_ints("1,2,3x", v, 3), -1);
+    assert_int_equal(cnx_cli_ints_in("1,2,3", 1, 2, v, 3), -1);
+    assert_int_equal(cnx_cli_ints_in("1,2,2", 1, 2, v, 3), 0);
+    double r[3];
+    assert_int_equal(cnx_cli_doubles("4,4,40.5", 0, 100, r, 3), 0);
+    assert_true(r[2] == 40.5);
+    assert_int_equal(cnx_cli_doubles("4,4,nan", 0, 100, r, 3), -1);
+    assert_int_equal(cnx_cli_doubles("4,4", 0, 100, r, 3), -1);
 }
 
 int main(void)
