@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "cnx/error.h"
+#include "fd_int.h"
 #include "cnx/json.h"
 #include "json_int.h"
 
@@ -128,21 +129,6 @@ void cnx_key_id(const cnx_key *key, char out[CNX_DIGEST_LEN])
 
 /* ---- key files ------------------------------------------------------- */
 
-static int write_all(int fd, const void *data, size_t len)
-{
-    const uint8_t *p = data;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /*
  * Create path (never replacing anything, never following a link at its
  * name) with exactly mode, holding data, synced. On failure nothing is left.
@@ -161,7 +147,7 @@ static int write_new_file(const char *path, mode_t mode, const void *data,
         return cnx_error_set(CNX_EIO, 0, "key: cannot create %s: %s", path,
                              strerror(errno));
     /* The umask may have removed bits from mode; it never added any. */
-    if (fchmod(fd, mode) != 0 || write_all(fd, data, len) != 0 ||
+    if (fchmod(fd, mode) != 0 || cnx__write_all(fd, data, len) != 0 ||
         fsync(fd) != 0) {
         err = errno;
         close(fd);

@@ -8,6 +8,8 @@
  */
 #include "cnx/log.h"
 
+#include "fd_int.h"
+
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,15 +47,10 @@ cnx_log_level cnx_log_get_level(void)
     return (cnx_log_level)log_level;
 }
 
+/* Best effort: a log line that cannot be written is dropped. */
 static void write_all(int fd, const char *buf, size_t len)
 {
-    while (len > 0) {
-        ssize_t n = write(fd, buf, len);
-        if (n <= 0)
-            return;
-        buf += n;
-        len -= (size_t)n;
-    }
+    (void)cnx__write_all(fd, buf, len);
 }
 
 void cnx_log(cnx_log_level level, const char *component, const char *fmt, ...)

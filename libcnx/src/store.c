@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "cnx/error.h"
+#include "fd_int.h"
 
 struct cnx_store {
     char *url;  /* canonical file:///abs/dir */
@@ -355,7 +356,7 @@ int cnx_store_exists(cnx_store *store, const char *name, int *exists)
                          strerror(errno));
 }
 
-static int write_all(int fd, const void *data, size_t len)
+int cnx__write_all(int fd, const void *data, size_t len)
 {
     const uint8_t *p = data;
     while (len > 0) {
@@ -439,7 +440,7 @@ int cnx_store_put(cnx_store *store, const char *name, const void *data,
         inflight_remove(tmp);
         return rc;
     }
-    if (write_all(fd, data, len) != 0 || fdatasync(fd) != 0) {
+    if (cnx__write_all(fd, data, len) != 0 || fdatasync(fd) != 0) {
         rc = cnx_error_set(CNX_EIO, 1, "cannot write object %s: %s", name,
                            strerror(errno));
         close(fd);
@@ -524,7 +525,7 @@ int cnx_store_swap(cnx_store *store, const char *name, const char *expected,
     if (rc != 0)
         goto done;
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 || write_all(fd, data, len) != 0 || fsync(fd) != 0 ||
+    if (fd < 0 || cnx__write_all(fd, data, len) != 0 || fsync(fd) != 0 ||
         rename(tmp, path) != 0) {
         rc = cnx_error_set(CNX_EIO, 1, "cannot replace object %s: %s", name,
                            strerror(errno));
