@@ -32,7 +32,9 @@ for kind in "${@:-release}"; do
     asan)    dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DCNX_SANITIZE=ON) ;;
     *) echo "setup: unknown build '$kind' (release, asan)" >&2; exit 2 ;;
   esac
-  cmake -S . -B "$dir" "${flags[@]}" >/dev/null
+  # Fault hooks (CMake CNX_FAULT_INJECTION) only when the test command asks.
+  cmake -S . -B "$dir" "${flags[@]}" \
+    -DCNX_FAULT_INJECTION="${CNX_FAULT_INJECTION:-OFF}" >/dev/null
   cmake --build "$dir" -j"$jobs" >/dev/null
   echo "setup: built $dir"
 done

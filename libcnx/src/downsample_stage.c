@@ -12,7 +12,9 @@
  * errors are fatal (CNX_ESCHEMA); storage errors keep their own flag.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cnx/downsample.h"
 #include "cnx/error.h"
@@ -95,6 +97,26 @@ static int find_source_scale(cnx_layer *layer, const char *key, int *index)
     return 0;
 }
 
+#ifdef CNX_FAULT_INJECTION
+/*
+ * Test builds only (CMake CNX_FAULT_INJECTION): with
+ * CNX_FAULT_NONDETERMINISTIC=downsample in the environment, flip low bits
+ * of the first voxel by the clock, so that the same task gives different
+ * bytes from run to run: the fault the controller must report as a
+ * reproducibility violation.
+ */
+static void fault_nondeterministic(cnx_volume *out)
+{
+    const char *which = getenv("CNX_FAULT_NONDETERMINISTIC");
+    struct timespec ts;
+    if (which == NULL || strcmp(which, "downsample") != 0 ||
+        out->data == NULL)
+        return;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ((uint8_t *)out->data)[0] ^= (uint8_t)(1 + ts.tv_nsec % 127);
+}
+#endif
+
 static int run(void *ctx, const cnx_task *task, cnx_stage_io *io)
 {
     const cnx_task_input *input = cnx_task_input_get(task, ROLE);
@@ -176,6 +198,10 @@ static int run(void *ctx, const cnx_task *task, cnx_stage_io *io)
     rc = cnx_stage_read(io, ROLE, &task->roi, &in);
     if (rc == 0)
         rc = cnx_downsample_volume(&out, in, factor, mode);
+#ifdef CNX_FAULT_INJECTION
+    if (rc == 0)
+        fault_nondeterministic(out);
+#endif
     if (rc == 0)
         rc = cnx_stage_write(io, out);
     if (rc == 0)

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
 
@@ -919,4 +920,147 @@ void cnx_producer_prepare(cnx_producer *producer, const char *const *topics,
             rd_kafka_metadata_destroy(md);
         rd_kafka_topic_destroy(rkt);
     }
+}
+
+/* ---- readers ------------------------------------------------------------ */
+
+/* Partition count of topic, from the cluster's metadata. */
+static int topic_partitions(rd_kafka_t *rk, const char *topic, int *count)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    rd_kafka_resp_err_t err;
+    int rc = 0;
+
+    if (rkt == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "kafka: out of memory");
+    err = rd_kafka_metadata(rk, 0, rkt, &md, ADMIN_TIMEOUT_MS);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+        rc = cnx_error_set(CNX_EIO, 1, "kafka metadata of %s: %s", topic,
+                           rd_kafka_err2str(err));
+    else if (md->topic_cnt != 1 ||
+             md->topics[0].err != RD_KAFKA_RESP_ERR_NO_ERROR ||
+             md->topics[0].partition_cnt < 1)
+        rc = cnx_error_set(CNX_EIO, 1, "kafka: topic %s: %s", topic,
+                           md->topic_cnt == 1
+                               ? rd_kafka_err2str(md->topics[0].err)
+                               : "not in the cluster's metadata");
+    else
+        *count = md->topics[0].partition_cnt;
+    if (md != NULL)
+        rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_destroy(rkt);
+    return rc;
+}
+
+int cnx_reader_new(cnx_consumer **out, const cnx_kafka_opts *opts,
+                   const char *const *topics, size_t ntopics,
+                   cnx_reader_start_fn start, void *ctx)
+{
+    static const char *const defaults[] = {
+        "enable.partition.eof", "false",
+        "enable.auto.commit", "false",
+        "enable.auto.offset.store", "false",
+        "auto.offset.reset", "earliest",
+        NULL,
+    };
+    rd_kafka_topic_partition_list_t *parts = NULL;
+    cnx_consumer *consumer = NULL;
+    rd_kafka_conf_t *conf = NULL;
+    rd_kafka_resp_err_t err;
+    char group[64];
+    int rc;
+
+    assert(out != NULL && topics != NULL && ntopics > 0);
+    *out = NULL;
+    consumer = calloc(1, sizeof(*consumer));
+    if (consumer == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "kafka reader: out of memory");
+    /* librdkafka wants a group id for a consumer; a reader never joins or
+     * commits to it. */
+    snprintf(group, sizeof(group), "cnx.reader.%ld", (long)getpid());
+    rc = conf_new(&conf, opts, defaults);
+    if (rc == 0)
+        rc = conf_set(conf, "group.id", group);
+    if (rc != 0)
+        goto done;
+    rc = kafka_new(&consumer->rk, RD_KAFKA_CONSUMER, conf, "reader");
+    conf = NULL;
+    if (rc != 0)
+        goto done;
+    rd_kafka_poll_set_consumer(consumer->rk);
+    parts = rd_kafka_topic_partition_list_new(16);
+    for (size_t i = 0; rc == 0 && i < ntopics; i++) {
+        int count = 0;
+        rc = topic_partitions(consumer->rk, topics[i], &count);
+        for (int p = 0; rc == 0 && p < count; p++) {
+            rd_kafka_topic_partition_t *tp =
+                rd_kafka_topic_partition_list_add(parts, topics[i], p);
+            int64_t at = start ? start(ctx, topics[i], p)
+                               : CNX_OFFSET_BEGINNING;
+            tp->offset = at == CNX_OFFSET_END         ? RD_KAFKA_OFFSET_END
+                         : at == CNX_OFFSET_BEGINNING ? RD_KAFKA_OFFSET_BEGINNING
+                                                      : at;
+        }
+    }
+    if (rc != 0)
+        goto done;
+    err = rd_kafka_assign(consumer->rk, parts);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+        rc = cnx_error_set(CNX_EIO, 1, "kafka reader: assign: %s",
+                           rd_kafka_err2str(err));
+done:
+    if (parts != NULL)
+        rd_kafka_topic_partition_list_destroy(parts);
+    if (conf != NULL)
+        rd_kafka_conf_destroy(conf);
+    if (rc != 0) {
+        cnx_consumer_free(consumer);
+        return rc;
+    }
+    *out = consumer;
+    return 0;
+}
+
+int cnx_reader_ends(cnx_consumer *reader, cnx_position **out, size_t *n,
+                    int timeout_ms)
+{
+    rd_kafka_topic_partition_list_t *parts = NULL;
+    cnx_position *pos = NULL;
+    int rc = 0;
+
+    *out = NULL;
+    *n = 0;
+    if (rd_kafka_assignment(reader->rk, &parts) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return cnx_error_set(CNX_EIO, 1, "kafka reader: no assignment");
+    pos = calloc((size_t)parts->cnt + 1, sizeof(*pos));
+    if (pos == NULL) {
+        rc = cnx_error_set(CNX_ENOMEM, 0, "kafka reader: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < parts->cnt; i++) {
+        int64_t lo = 0, hi = 0;
+        rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(
+            reader->rk, parts->elems[i].topic, parts->elems[i].partition, &lo,
+            &hi, timeout_ms);
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            rc = cnx_error_set(CNX_EIO, 1,
+                               "kafka: end of %s [%" PRId32 "]: %s",
+                               parts->elems[i].topic,
+                               parts->elems[i].partition,
+                               rd_kafka_err2str(err));
+            goto done;
+        }
+        snprintf(pos[i].topic, sizeof(pos[i].topic), "%s",
+                 parts->elems[i].topic);
+        pos[i].partition = parts->elems[i].partition;
+        pos[i].offset = hi;
+    }
+    *out = pos;
+    *n = (size_t)parts->cnt;
+    pos = NULL;
+done:
+    free(pos);
+    rd_kafka_topic_partition_list_destroy(parts);
+    return rc;
 }

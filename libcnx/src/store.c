@@ -381,6 +381,29 @@ static int fsync_dir(const char *dir)
     return rc;
 }
 
+/* The last write-once refusal on this thread (cnx_store_conflict). */
+static _Thread_local cnx_store_conflict_info last_conflict;
+
+static void conflict_record(const char *name, const void *old, size_t old_len,
+                            const void *data, size_t len)
+{
+    snprintf(last_conflict.name, sizeof(last_conflict.name), "%s", name);
+    cnx_digest(old, old_len, last_conflict.stored);
+    cnx_digest(data, len, last_conflict.got);
+    last_conflict.valid = 1;
+}
+
+int cnx_store_conflict(cnx_store_conflict_info *out)
+{
+    *out = last_conflict;
+    return last_conflict.valid;
+}
+
+void cnx_store_conflict_clear(void)
+{
+    memset(&last_conflict, 0, sizeof(last_conflict));
+}
+
 /* An object already at path: identical bytes succeed, others fail. */
 static int compare_existing(const char *path, const char *name,
                             const void *data, size_t len)
@@ -388,13 +411,21 @@ static int compare_existing(const char *path, const char *name,
     uint8_t *old = NULL;
     size_t old_len = 0;
     int rc = read_file(path, name, len + 1, &old, &old_len);
-    if (rc == CNX_ETOOBIG || (rc == 0 && (old_len != len ||
-                                          memcmp(old, data, len) != 0))) {
+    if (rc == CNX_ETOOBIG) {
+        /* Larger than the new bytes: different; read it all for its
+         * digest. */
+        free(old);
+        old = NULL;
+        rc = read_file(path, name, 0, &old, &old_len);
+    }
+    if (rc == 0 && (old_len != len || memcmp(old, data, len) != 0)) {
+        conflict_record(name, old, old_len, data, len);
         free(old);
         return cnx_error_set(CNX_EIMMUTABLE, 0,
-                             "object %s exists with different bytes; "
-                             "namespaces are write-once",
-                             name);
+                             "object %s exists with different bytes "
+                             "(stored %s, new %s); namespaces are "
+                             "write-once",
+                             name, last_conflict.stored, last_conflict.got);
     }
     free(old);
     return rc;

@@ -30,6 +30,7 @@
 #include "cnx/error.h"
 #include "cnx/json.h"
 #include "cnx/lineage.h"
+#include "cnx/store.h"
 #include "cnx/log.h"
 #include "json_int.h"
 #include "worker_int.h"
@@ -70,6 +71,8 @@ typedef struct job {
     int slow_ms;
     int rc;
     cnx_error error;
+    double cpu_s;                      /* the kernel thread's CPU time */
+    cnx_store_conflict_info conflict;  /* a write-once refusal, if any */
     atomic_int finished;
     pthread_mutex_t lock; /* with done: wakes the main thread at once */
     pthread_cond_t done;
@@ -90,11 +93,21 @@ static void job_wait(job *j, int ms)
     pthread_mutex_unlock(&j->lock);
 }
 
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void *run_job(void *arg)
 {
     job *j = arg;
+    double cpu0 = thread_cpu_s();
     int rc;
     cnx_error_clear();
+    cnx_store_conflict_clear();
     rc = cnx__stage_io_init(&j->io, j->task);
     if (rc == 0 && j->slow_ms > 0) {
         struct timespec ts = {j->slow_ms / 1000,
@@ -105,6 +118,9 @@ static void *run_job(void *arg)
         rc = j->stage->run(j->stage->ctx, j->task, &j->io);
     j->rc = rc;
     j->error = *cnx_error_last();
+    j->cpu_s = thread_cpu_s() - cpu0;
+    if (rc == CNX_EIMMUTABLE)
+        cnx_store_conflict(&j->conflict);
     if (rc != 0 && j->error.code == CNX_OK) {
         j->error.code = rc;
         snprintf(j->error.message, sizeof(j->error.message),
@@ -179,6 +195,8 @@ typedef struct attempt_info {
     double started;
     double finished;
     const cnx_stage_io *io;
+    double cpu_s;
+    const cnx_store_conflict_info *conflict; /* NULL or a refused write */
 } attempt_info;
 
 static int send_event(worker *w, const char *type, const attempt_info *a,
@@ -208,11 +226,26 @@ static int send_event(worker *w, const char *type, const attempt_info *a,
         json_object_set_new(ev, "bytes_written",
                             json_integer((json_int_t)io->bytes_written));
         json_object_set_new(ev, "voxels", json_integer(io->voxels));
+        json_object_set_new(ev, "cpu_s", json_real(a->cpu_s));
         json_object_set_new(ev, "outputs",
                             json_integer((json_int_t)io->written.count));
     }
     if (err != NULL)
         json_object_set_new(ev, "error", error_json(err));
+    if (a->conflict != NULL && a->conflict->valid) {
+        size_t n = strlen(a->task->output_layer) +
+                   strlen(a->conflict->name) + 2;
+        char *url = malloc(n);
+        if (url != NULL) {
+            snprintf(url, n, "%s/%s", a->task->output_layer,
+                     a->conflict->name);
+            json_object_set_new(
+                ev, "violation",
+                json_pack("{s:s,s:s,s:s}", "object", url, "stored",
+                          a->conflict->stored, "got", a->conflict->got));
+            free(url);
+        }
+    }
     if (manifest != NULL)
         json_object_set_new(ev, "manifest", json_string(manifest));
     return send_json(w, CNX_TOPIC_EVENTS, a->task->key, ev, NULL, 0);
@@ -466,7 +499,7 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
     }
 
     for (;;) {
-        attempt_info a = {task, first + tries, wall_now(), 0, NULL};
+        attempt_info a = {task, first + tries, wall_now(), 0, NULL, 0, NULL};
         job *j = calloc(1, sizeof(*j));
         pthread_t thread;
         char manifest[CNX_DIGEST_LEN];
@@ -523,6 +556,8 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
         atomic_fetch_sub(&w->metrics.in_flight, 1);
         a.finished = wall_now();
         a.io = &j->io;
+        a.cpu_s = j->cpu_s;
+        a.conflict = &j->conflict;
         if (j->rc == 0) {
             /* The manifest is acknowledged before the event that names
              * it is sent: a "succeeded" event always has its manifest. */
@@ -559,10 +594,14 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
         err = j->error;
         atomic_fetch_add(&w->metrics.failed_attempts, 1);
         send_event(w, "failed", &a, &err, NULL);
-        a.io = NULL; /* j->io is gone below */
+        a.io = NULL; /* j->io and the conflict are gone below */
+        a.conflict = NULL;
         cnx__stage_io_dispose(&j->io);
         free(j);
-        if (err.retriable && tries < task->retry_budget && !stop_signal) {
+        /* The budget counts every attempt of the task, including those
+         * of earlier deliveries (the cnx-attempt header): at most
+         * 1 + retry_budget in all. */
+        if (err.retriable && a.attempt <= task->retry_budget && !stop_signal) {
             double backoff = 0.2 * (double)(1 << (tries < 6 ? tries : 6));
             CNX_WARN("worker", "task %s attempt %d failed (retrying in "
                      "%.1f s): %s",

@@ -49,4 +49,10 @@ char *cnx__metrics_render(cnx_metrics *m);
 int cnx__metrics_start(cnx_metrics *m, int port, atomic_int *stop);
 void cnx__metrics_stop(void);
 
+/* Serve render(ctx) (a malloc'd exposition) on port until *stop becomes
+ * non-zero, from a thread of its own; one server per process. */
+int cnx__http_metrics_start(int port, char *(*render)(void *ctx), void *ctx,
+                            atomic_int *stop);
+void cnx__http_metrics_stop(void);
+
 #endif

@@ -2,21 +2,12 @@
  * worker_metrics.c - Prometheus metrics of a worker, in the text exposition
  * format (version 0.0.4), served over HTTP on --metrics-port.
  *
- * Counters are atomics updated by the worker loop; the server is one thread
- * that accepts a connection, reads the request line, answers with the
- * current exposition and closes. It polls with a timeout so it notices the
- * stop flag within 200 ms. Load: one scrape every few seconds.
+ * Counters are atomics updated by the worker loop; http_metrics.c serves
+ * the exposition. Load: one scrape every few seconds.
  */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "cnx/error.h"
 #include "worker_int.h"
@@ -91,90 +82,17 @@ char *cnx__metrics_render(cnx_metrics *m)
     return buf;
 }
 
-static struct {
-    pthread_t thread;
-    int fd;
-    int running;
-    cnx_metrics *metrics;
-    atomic_int *stop;
-} server = {.fd = -1};
-
-static void serve_one(int fd)
+static char *render(void *ctx)
 {
-    char req[1024], head[256];
-    struct pollfd p = {fd, POLLIN, 0};
-    char *body;
-    int n;
-    /* Read the request (we answer any GET with the exposition). */
-    if (poll(&p, 1, 1000) <= 0 || read(fd, req, sizeof(req) - 1) <= 0)
-        return;
-    body = cnx__metrics_render(server.metrics);
-    if (body == NULL)
-        return;
-    n = snprintf(head, sizeof(head),
-                 "HTTP/1.0 200 OK\r\nContent-Type: text/plain; "
-                 "version=0.0.4\r\nContent-Length: %zu\r\nConnection: "
-                 "close\r\n\r\n",
-                 strlen(body));
-    if (write(fd, head, (size_t)n) == n)
-        (void)!write(fd, body, strlen(body));
-    free(body);
-}
-
-static void *serve(void *arg)
-{
-    (void)arg;
-    while (!atomic_load(server.stop)) {
-        struct pollfd p = {server.fd, POLLIN, 0};
-        if (poll(&p, 1, 200) <= 0)
-            continue;
-        int c = accept(server.fd, NULL, NULL);
-        if (c < 0)
-            continue;
-        serve_one(c);
-        close(c);
-    }
-    return NULL;
+    return cnx__metrics_render(ctx);
 }
 
 int cnx__metrics_start(cnx_metrics *m, int port, atomic_int *stop)
 {
-    struct sockaddr_in addr;
-    int one = 1;
-    server.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (server.fd < 0)
-        return cnx_error_set(CNX_EIO, 0, "metrics: socket: %s",
-                             strerror(errno));
-    setsockopt(server.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    memset(&addr, 0, sizeof(addr));
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    addr.sin_port = htons((uint16_t)port);
-    if (bind(server.fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
-        listen(server.fd, 16) != 0) {
-        int rc = cnx_error_set(CNX_EIO, 0, "metrics: cannot listen on port "
-                               "%d: %s", port, strerror(errno));
-        close(server.fd);
-        server.fd = -1;
-        return rc;
-    }
-    server.metrics = m;
-    server.stop = stop;
-    if (pthread_create(&server.thread, NULL, serve, NULL) != 0) {
-        close(server.fd);
-        server.fd = -1;
-        return cnx_error_set(CNX_EIO, 0, "metrics: cannot start thread");
-    }
-    server.running = 1;
-    return 0;
+    return cnx__http_metrics_start(port, render, m, stop);
 }
 
 void cnx__metrics_stop(void)
 {
-    if (!server.running)
-        return;
-    pthread_join(server.thread, NULL);
-    close(server.fd);
-    server.fd = -1;
-    server.running = 0;
+    cnx__http_metrics_stop();
 }

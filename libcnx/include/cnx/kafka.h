@@ -168,6 +168,46 @@ int cnx_consumer_assignment_count(cnx_consumer *consumer);
  */
 int cnx_consumer_commit(cnx_consumer *consumer, const cnx_message *msg);
 
+/* Start positions for cnx_reader_new. */
+#define CNX_OFFSET_BEGINNING (-2)
+#define CNX_OFFSET_END (-1)
+
+/**
+ * Where a reader starts in one partition: an offset >= 0, or
+ * CNX_OFFSET_BEGINNING / CNX_OFFSET_END.
+ */
+typedef int64_t (*cnx_reader_start_fn)(void *ctx, const char *topic,
+                                       int32_t partition);
+
+/**
+ * A reader: a consumer outside any group that is assigned every partition
+ * of topics, each from the offset start() gives (NULL: the beginning). It
+ * commits nothing; whoever uses it keeps its own positions (the controller
+ * keeps them in the ledger, in the transaction that applies the messages).
+ * Poll it with cnx_consumer_poll, free it with cnx_consumer_free.
+ * @return 0; CNX_EINVAL for a bad setting; CNX_EIO if a topic's metadata
+ *         cannot be had (it does not exist, or the cluster does not answer).
+ */
+int cnx_reader_new(cnx_consumer **out, const cnx_kafka_opts *opts,
+                   const char *const *topics, size_t ntopics,
+                   cnx_reader_start_fn start, void *ctx);
+
+/** A partition and an offset. */
+typedef struct cnx_position {
+    char topic[128];
+    int32_t partition;
+    int64_t offset;
+} cnx_position;
+
+/**
+ * The end (high watermark: the offset the next message will get) of every
+ * partition assigned to a reader, asked of the broker now.
+ * @param[out] out  array of *n; free() it
+ * @return 0; CNX_EIO if the broker does not answer within timeout_ms.
+ */
+int cnx_reader_ends(cnx_consumer *reader, cnx_position **out, size_t *n,
+                    int timeout_ms);
+
 /**
  * Create topics with partitions each and the broker's default replication
  * (for tools and tests; cnx-broker creates cnx's own). Topics that already

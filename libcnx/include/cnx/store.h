@@ -44,6 +44,19 @@ const char *cnx_store_url(const cnx_store *store);
  */
 int cnx_store_check_name(const char *name);
 
+/** The last write-once refusal (CNX_EIMMUTABLE) of a put on this thread. */
+typedef struct cnx_store_conflict_info {
+    int valid;
+    char name[1024];                /* object name within the store */
+    char stored[CNX_DIGEST_LEN];    /* digest of the bytes already there */
+    char got[CNX_DIGEST_LEN];       /* digest of the bytes refused */
+} cnx_store_conflict_info;
+
+/** Copy this thread's last refusal into out. @return out->valid. */
+int cnx_store_conflict(cnx_store_conflict_info *out);
+/** Forget this thread's last refusal. */
+void cnx_store_conflict_clear(void);
+
 /**
  * Put an object, atomically and at most once.
  * @param digest  if not NULL, receives the digest of data

@@ -1,0 +1,452 @@
+/*
+ * controller.c - the controller's loop and the ledger it writes.
+ *
+ * Startup: open the ledger (creating the schema), load the trusted keys,
+ * open a reader on cnx.requests, cnx.events and cnx.lineage at the
+ * positions stored in the ledger, and apply everything up to the ends the
+ * broker reports at that moment ("catching up"). Only then does the
+ * controller decide anything, so that a decision it published just before
+ * it was killed is seen, not made twice. Then: apply what arrives, in
+ * transactions of up to opts->batch messages, each transaction also
+ * storing the positions after the messages it applied; and between
+ * transactions, a round of decisions (controller_decide.c). With --rebuild
+ * it stops once caught up.
+ *
+ * Invariant: the ledger holds what the log says and nothing else. A
+ * decision is published and acknowledged first, then applied through the
+ * same code as a consumed message; when it comes back from the log the
+ * second application changes nothing (every apply is idempotent), and the
+ * derived columns are recomputed from base rows, so the order in which
+ * partitions interleave does not matter either.
+ */
+#include "controller_int.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cnx/error.h"
+#include "cnx/log.h"
+#include "ledger_schema.sql.h"
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_signal = 1;
+}
+
+double ctl_wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void ctl_now_text(char out[32])
+{
+    cnx_rfc3339_format(ctl_wall(), out);
+}
+
+/* ---- SQLite helpers ------------------------------------------------- */
+
+sqlite3_stmt *ctl_stmt(ctl *c, const char *sql)
+{
+    int i;
+    for (i = 0; i < CTL_MAX_STMTS && c->stmts[i].sql != NULL; i++) {
+        if (c->stmts[i].sql == sql) {
+            sqlite3_reset(c->stmts[i].st);
+            sqlite3_clear_bindings(c->stmts[i].st);
+            return c->stmts[i].st;
+        }
+    }
+    if (i == CTL_MAX_STMTS) {
+        cnx_error_set(CNX_ENOMEM, 0, "ledger: statement cache full");
+        return NULL;
+    }
+    if (sqlite3_prepare_v2(c->db, sql, -1, &c->stmts[i].st, NULL) !=
+        SQLITE_OK) {
+        cnx_error_set(CNX_EIO, 0, "ledger: %s (in: %.80s)",
+                      sqlite3_errmsg(c->db), sql);
+        CNX_ERROR("controller", "%s", cnx_error_last()->message);
+        return NULL;
+    }
+    c->stmts[i].sql = sql;
+    return c->stmts[i].st;
+}
+
+int ctl_exec(ctl *c, const char *sql)
+{
+    char *err = NULL;
+    if (sqlite3_exec(c->db, sql, NULL, NULL, &err) != SQLITE_OK) {
+        int rc = cnx_error_set(CNX_EIO, 0, "ledger: %s", err ? err : "?");
+        sqlite3_free(err);
+        return rc;
+    }
+    return 0;
+}
+
+int ctl_done(ctl *c, sqlite3_stmt *st)
+{
+    int rc;
+    if (st == NULL)
+        return CNX_EIO;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        ;
+    if (rc != SQLITE_DONE)
+        return cnx_error_set(CNX_EIO, 0, "ledger: %s", sqlite3_errmsg(c->db));
+    return 0;
+}
+
+void ctl_bind_text(sqlite3_stmt *st, int i, const char *text)
+{
+    if (text == NULL)
+        sqlite3_bind_null(st, i);
+    else
+        sqlite3_bind_text(st, i, text, -1, SQLITE_TRANSIENT);
+}
+
+static int ledger_open(ctl *c)
+{
+    char version[16];
+    int rc;
+    if (sqlite3_open_v2(c->o->ledger, &c->db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                            SQLITE_OPEN_FULLMUTEX,
+                        NULL) != SQLITE_OK)
+        return cnx_error_set(CNX_EIO, 0, "ledger %s: %s", c->o->ledger,
+                             c->db ? sqlite3_errmsg(c->db) : "cannot open");
+    sqlite3_busy_timeout(c->db, 10000);
+    /* WAL: readers (sqlite3, cnx-reprocess, auditors) never block the
+     * writer. NORMAL sync is safe against a killed process; a power cut
+     * can lose the last transactions, which are simply read again from
+     * the log (their positions are lost with them). */
+    rc = ctl_exec(c, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                     "PRAGMA foreign_keys=OFF;");
+    if (rc == 0)
+        rc = ctl_exec(c, ledger_schema_sql);
+    if (rc != 0)
+        return rc;
+    snprintf(version, sizeof(version), "%d", CNX_LEDGER_SCHEMA_VERSION);
+    sqlite3_stmt *st = ctl_stmt(
+        c, "INSERT OR IGNORE INTO meta(key, value) VALUES('schema', ?)");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, version);
+    rc = ctl_done(c, st);
+    if (rc != 0)
+        return rc;
+    st = ctl_stmt(c, "SELECT value FROM meta WHERE key = 'schema'");
+    if (st != NULL && sqlite3_step(st) == SQLITE_ROW &&
+        strcmp((const char *)sqlite3_column_text(st, 0), version) != 0)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "ledger %s has schema %s; this controller "
+                             "writes schema %s (rebuild it with --rebuild "
+                             "into a new file)",
+                             c->o->ledger, sqlite3_column_text(st, 0),
+                             version);
+    return 0;
+}
+
+/* ---- trusted keys ---------------------------------------------------- */
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every *.pem / *.pub file in dir that holds an Ed25519 public key;
+ * anything else (other files, private keys, unreadable) is ignored, with
+ * a note for files that look like keys but are not public keys. */
+static int load_trust(ctl *c)
+{
+    DIR *d = opendir(c->o->trust_dir);
+    struct dirent *e;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    if (d == NULL)
+        return cnx_error_set(CNX_ENOTFOUND, 0, "--trust %s: cannot open "
+                             "the directory", c->o->trust_dir);
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' ||
+            !(ends_with(e->d_name, ".pem") || ends_with(e->d_name, ".pub")))
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            char **grown = realloc(names, cap * sizeof(*names));
+            if (grown == NULL)
+                break;
+            names = grown;
+        }
+        names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    if (n > 0)
+        qsort(names, n, sizeof(*names), cmp_str);
+    c->trusted = calloc(n + 1, sizeof(*c->trusted));
+    c->trusted_names = calloc(n + 1, sizeof(*c->trusted_names));
+    if (c->trusted == NULL || c->trusted_names == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        char path[4096];
+        cnx_key *key = NULL;
+        snprintf(path, sizeof(path), "%s/%s", c->o->trust_dir, names[i]);
+        if (names[i] != NULL && cnx_key_load_public(&key, path) == 0) {
+            c->trusted[c->ntrusted] = key;
+            c->trusted_names[c->ntrusted++] = names[i];
+            continue;
+        }
+        CNX_INFO("controller", "--trust: ignoring %s (%s)", names[i] ?
+                 names[i] : "?", cnx_error_last()->message);
+        free(names[i]);
+    }
+    free(names);
+    if (c->ntrusted == 0)
+        return cnx_error_set(CNX_EINVAL, 0, "--trust %s: no Ed25519 public "
+                             "key (*.pem, *.pub) in it", c->o->trust_dir);
+    CNX_INFO("controller", "%zu trusted key(s) from %s", c->ntrusted,
+             c->o->trust_dir);
+    return 0;
+}
+
+/* ---- positions --------------------------------------------------------- */
+
+static int64_t start_at(void *ctx, const char *topic, int32_t partition)
+{
+    ctl *c = ctx;
+    sqlite3_stmt *st = ctl_stmt(c, "SELECT next_offset FROM positions "
+                                   "WHERE topic = ? AND partition = ?");
+    if (st == NULL)
+        return CNX_OFFSET_BEGINNING;
+    ctl_bind_text(st, 1, topic);
+    sqlite3_bind_int(st, 2, partition);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        return sqlite3_column_int64(st, 0);
+    return CNX_OFFSET_BEGINNING;
+}
+
+static int store_position(ctl *c, const cnx_message *m)
+{
+    sqlite3_stmt *st = ctl_stmt(
+        c, "INSERT INTO positions(topic, partition, next_offset) "
+           "VALUES(?, ?, ?) ON CONFLICT(topic, partition) DO UPDATE SET "
+           "next_offset = max(next_offset, excluded.next_offset)");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, m->topic);
+    sqlite3_bind_int(st, 2, m->partition);
+    sqlite3_bind_int64(st, 3, m->offset + 1);
+    return ctl_done(c, st);
+}
+
+/* ---- publishing --------------------------------------------------------- */
+
+int ctl_publish(ctl *c, const char *topic, const char *key, const char *json,
+                const cnx_kafka_header *headers, size_t nheaders)
+{
+    return cnx_producer_send(c->producer, topic, key, json, strlen(json),
+                             headers, nheaders);
+}
+
+int ctl_flush(ctl *c)
+{
+    for (int i = 0; i < 3; i++) {
+        if (cnx_producer_flush(c->producer, 30000) == 0)
+            return 0;
+        CNX_WARN("controller", "waiting for acknowledgements: %s",
+                 cnx_error_last()->message);
+    }
+    return cnx_error_set(CNX_EIO, 0, "no acknowledgement from the broker");
+}
+
+/* ---- the loop ---------------------------------------------------------- */
+
+static int apply_one(ctl *c, const cnx_message *m)
+{
+    int rc = ctl_apply(c, m);
+    if (rc == CNX_EIO || rc == CNX_ENOMEM)
+        return rc; /* the ledger itself failed: stop, retry from the log */
+    c->applied++;
+    c->dirty = 1;
+    return store_position(c, m);
+}
+
+/* Apply up to batch messages (waiting up to wait_ms for the first) in one
+ * transaction. *got: how many. */
+static int apply_batch(ctl *c, int wait_ms, int *got)
+{
+    int rc = 0, n = 0;
+    *got = 0;
+    while (n < c->o->batch) {
+        cnx_message *m = NULL;
+        int prc = cnx_consumer_poll(c->reader, n == 0 ? wait_ms : 0, &m);
+        if (prc != 0 && m == NULL) {
+            CNX_WARN("controller", "%s", cnx_error_last()->message);
+            break;
+        }
+        if (m == NULL)
+            break;
+        if (n == 0 && (rc = ctl_exec(c, "BEGIN IMMEDIATE")) != 0) {
+            cnx_message_free(m);
+            return rc;
+        }
+        n++;
+        rc = apply_one(c, m);
+        cnx_message_free(m);
+        if (rc != 0)
+            break;
+    }
+    if (n > 0) {
+        if (rc == 0)
+            rc = ctl_exec(c, "COMMIT");
+        if (rc != 0) {
+            ctl_exec(c, "ROLLBACK");
+            return rc;
+        }
+    }
+    *got = n;
+    return 0;
+}
+
+/* Apply everything up to the ends the broker reports now. */
+static int catch_up(ctl *c)
+{
+    cnx_position *ends = NULL;
+    size_t nends = 0;
+    double t0 = cnx_now();
+    int rc = cnx_reader_ends(c->reader, &ends, &nends, 10000);
+    if (rc != 0)
+        return rc;
+    for (;;) {
+        int behind = 0, got = 0;
+        for (size_t i = 0; i < nends && !behind; i++) {
+            int64_t at = start_at(c, ends[i].topic, ends[i].partition);
+            behind = (at == CNX_OFFSET_BEGINNING ? 0 : at) < ends[i].offset;
+        }
+        if (!behind || stop_signal)
+            break;
+        rc = apply_batch(c, 500, &got);
+        if (rc != 0)
+            break;
+        if (got == 0 && cnx_now() - t0 > 120) {
+            rc = cnx_error_set(CNX_EIO, 1, "catching up: the broker "
+                               "stopped delivering before the log's end");
+            break;
+        }
+    }
+    free(ends);
+    if (rc == 0)
+        CNX_INFO("controller", "caught up: %lld message(s) applied in "
+                 "%.2f s", (long long)c->applied, cnx_now() - t0);
+    return rc;
+}
+
+static void ctl_close(ctl *c)
+{
+    for (size_t i = 0; i < CTL_MAX_STMTS && c->stmts[i].sql; i++)
+        sqlite3_finalize(c->stmts[i].st);
+    if (c->db != NULL)
+        sqlite3_close(c->db);
+    for (size_t i = 0; i < c->ntrusted; i++) {
+        cnx_key_free(c->trusted[i]);
+        free(c->trusted_names[i]);
+    }
+    free(c->trusted);
+    free(c->trusted_names);
+    for (size_t i = 0; i < c->nplans; i++) {
+        cnx_plan_free(c->plans[i].plan);
+        cnx_workflow_free(c->plans[i].wf);
+    }
+    free(c->plans);
+    for (size_t i = 0; i < sizeof(c->digests) / sizeof(c->digests[0]); i++)
+        for (ctl_digest *d = c->digests[i], *next; d != NULL; d = next) {
+            next = d->next;
+            free(d->url);
+            free(d);
+        }
+    cnx_consumer_free(c->reader);
+    cnx_producer_free(c->producer);
+    free(c->metrics);
+    pthread_mutex_destroy(&c->mlock);
+}
+
+int cnx_controller_run(const cnx_controller_opts *opts)
+{
+    static const char *const topics[] = {CNX_TOPIC_REQUESTS, CNX_TOPIC_EVENTS,
+                                         CNX_TOPIC_LINEAGE};
+    struct sigaction sa;
+    ctl c;
+    int rc, code = 0;
+    double idle_since;
+
+    memset(&c, 0, sizeof(c));
+    c.o = opts;
+    pthread_mutex_init(&c.mlock, NULL);
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    rc = ledger_open(&c);
+    if (rc == 0)
+        rc = load_trust(&c);
+    if (rc == 0)
+        rc = cnx_reader_new(&c.reader, &opts->kafka, topics, 3, start_at, &c);
+    if (rc == 0 && !opts->rebuild)
+        rc = cnx_producer_new(&c.producer, &opts->kafka);
+    if (rc == 0 && opts->metrics_port > 0)
+        rc = cnx__ctl_metrics_start(&c, opts->metrics_port);
+    if (rc == 0)
+        rc = catch_up(&c);
+    if (rc != 0) {
+        fprintf(stderr, "cnx-controller: %s\n", cnx_error_last()->message);
+        cnx__ctl_metrics_stop();
+        ctl_close(&c);
+        return 1;
+    }
+    if (opts->rebuild) {
+        CNX_INFO("controller", "ledger %s rebuilt", opts->ledger);
+        ctl_close(&c);
+        return 0;
+    }
+    c.live = 1;
+    c.dirty = 1;
+    idle_since = cnx_now();
+    CNX_INFO("controller", "running (ledger %s)", opts->ledger);
+    while (!stop_signal) {
+        int got = 0;
+        rc = apply_batch(&c, 100, &got);
+        if (rc == 0)
+            rc = ctl_decide(&c);
+        if (rc != 0) {
+            /* The ledger or the broker failed: stop. Whatever was not
+             * committed is read again from the log by the next run. */
+            fprintf(stderr, "cnx-controller: %s\n",
+                    cnx_error_last()->message);
+            code = 1;
+            break;
+        }
+        if (got > 0)
+            idle_since = cnx_now();
+        else if (opts->idle_exit_s > 0 &&
+                 cnx_now() - idle_since > opts->idle_exit_s)
+            break;
+    }
+    CNX_INFO("controller", "stopping after %lld message(s)",
+             (long long)c.applied);
+    cnx__ctl_metrics_stop();
+    ctl_close(&c);
+    return code;
+}

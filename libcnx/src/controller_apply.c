@@ -1,0 +1,1023 @@
+/*
+ * controller_apply.c - the fold: one message from the log into the ledger.
+ *
+ * Base rows record what the messages say (requests, releases, attempts,
+ * lineage, outputs, violations, SLO events); a task's state and the other
+ * derived columns are recomputed from its base rows whenever one of them
+ * changes (ctl_refresh_task), so applying a message twice, or messages of
+ * different partitions in another interleaving, gives the same rows. A
+ * malformed message becomes a row of `rejected` (topic, partition, offset,
+ * the one-line error) and changes nothing else.
+ */
+#include "controller_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cnx/error.h"
+#include "cnx/log.h"
+#include "cnx/task.h"
+#include "json_int.h"
+
+#define GENESIS "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+
+static const char *jstr(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static int64_t jint(const json_t *obj, const char *key, int64_t dflt)
+{
+    const json_t *v = json_object_get(obj, key);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+static double jnum(const json_t *obj, const char *key)
+{
+    const json_t *v = json_object_get(obj, key);
+    return json_is_number(v) ? json_number_value(v) : 0.0;
+}
+
+static int bad(const char *what, const char *field)
+{
+    return cnx_error_set(CNX_ESCHEMA, 0, "%s: %s", what, field);
+}
+
+static int valid_time(const char *t)
+{
+    int64_t unused;
+    return t != NULL && cnx_rfc3339_parse(t, &unused) == 0;
+}
+
+/* ---- the plan of a request ------------------------------------------------ */
+
+ctl_plan *ctl_plan_get(ctl *c, const char *request)
+{
+    sqlite3_stmt *st;
+    cnx_plan_external *ext = NULL;
+    size_t next = 0;
+    json_t *plan = NULL, *roi = NULL;
+    cnx_workflow *wf = NULL;
+    cnx_plan *p = NULL;
+    cnx_box box;
+    ctl_plan *grown, *out = NULL;
+    char *ext_text = NULL;
+    int rc;
+
+    for (size_t i = 0; i < c->nplans; i++)
+        if (strcmp(c->plans[i].request, request) == 0)
+            return &c->plans[i];
+    st = ctl_stmt(c, "SELECT workflow_json, dataset, roi, plan FROM requests "
+                     "WHERE id = ? AND plan IS NOT NULL");
+    if (st == NULL)
+        return NULL;
+    ctl_bind_text(st, 1, request);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        cnx_error_set(CNX_ENOTFOUND, 0, "request %s has no plan", request);
+        return NULL;
+    }
+    {
+        const char *wj = (const char *)sqlite3_column_text(st, 0);
+        const char *ds = (const char *)sqlite3_column_text(st, 1);
+        const char *rj = (const char *)sqlite3_column_text(st, 2);
+        const char *pj = (const char *)sqlite3_column_text(st, 3);
+        int64_t lo[3], hi[3];
+        rc = cnx_workflow_parse(&wf, wj, strlen(wj));
+        if (rc == 0)
+            rc = cnx__json_parse(&roi, rj, strlen(rj), CNX_ECORRUPT, "roi");
+        if (rc == 0)
+            rc = cnx__json_ivec(json_object_get(roi, "min"), 3, INT64_MIN / 4,
+                                INT64_MAX / 4, lo, CNX_ECORRUPT, "roi.min");
+        if (rc == 0)
+            rc = cnx__json_ivec(json_object_get(roi, "max"), 3, INT64_MIN / 4,
+                                INT64_MAX / 4, hi, CNX_ECORRUPT, "roi.max");
+        if (rc == 0)
+            rc = cnx__json_parse(&plan, pj, strlen(pj), CNX_ECORRUPT, "plan");
+        if (rc == 0) {
+            ext_text = json_dumps(json_object_get(plan, "externals"),
+                                  JSON_COMPACT | JSON_SORT_KEYS);
+            rc = ext_text ? cnx_plan_externals_from_json(&ext, &next, ext_text,
+                                                         strlen(ext_text))
+                          : cnx_error_set(CNX_ECORRUPT, 0,
+                                          "plan: no externals");
+        }
+        if (rc == 0) {
+            box = cnx_box_make(lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]);
+            rc = cnx_plan_new_with(&p, wf, ds, &box, ext, next);
+        }
+    }
+    if (rc != 0)
+        goto done;
+    grown = realloc(c->plans, (c->nplans + 1) * sizeof(*c->plans));
+    if (grown == NULL) {
+        cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+        goto done;
+    }
+    c->plans = grown;
+    out = &c->plans[c->nplans++];
+    snprintf(out->request, sizeof(out->request), "%s", request);
+    out->wf = wf;
+    out->plan = p;
+    /* The plan points at wf: both now belong to the cache. */
+    wf = NULL;
+    p = NULL;
+done:
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+    free(ext);
+    free(ext_text);
+    json_decref(plan);
+    json_decref(roi);
+    return out;
+}
+
+/* ---- requests ------------------------------------------------------------- */
+
+static int apply_request(ctl *c, const json_t *m)
+{
+    static const char *const keys[] = {"schema",   "request", "workflow",
+                                       "dataset",  "roi",     "deadline",
+                                       "submitted", "reuse",  "submitter",
+                                       NULL};
+    const char *id = jstr(m, "request"), *ds = jstr(m, "dataset");
+    const char *deadline = jstr(m, "deadline"), *sub = jstr(m, "submitted");
+    const json_t *wf = json_object_get(m, "workflow");
+    const json_t *roi = json_object_get(m, "roi");
+    const json_t *reuse = json_object_get(m, "reuse");
+    char *wj = NULL, *rj = NULL, digest[CNX_DIGEST_LEN];
+    int64_t v[3];
+    sqlite3_stmt *st;
+    int rc = cnx__json_only_keys(m, keys, CNX_ESCHEMA, "request");
+
+    if (rc != 0)
+        return rc;
+    if (id == NULL || strlen(id) > 128 ||
+        strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                   "0123456789._:-") != strlen(id) || id[0] == '\0')
+        return bad("request", "request: must be 1-128 of A-Z a-z 0-9 . _ : -");
+    if (!json_is_object(wf) || !json_is_string(json_object_get(wf, "name")))
+        return bad("request", "workflow: must be a workflow document");
+    if (ds == NULL || ds[0] == '\0')
+        return bad("request", "dataset: must be a store URL");
+    if (!json_is_object(roi) ||
+        cnx__json_ivec(json_object_get(roi, "min"), 3, -(1LL << 40),
+                       1LL << 40, v, CNX_ESCHEMA, "request: roi.min") != 0 ||
+        cnx__json_ivec(json_object_get(roi, "max"), 3, -(1LL << 40),
+                       1LL << 40, v, CNX_ESCHEMA, "request: roi.max") != 0)
+        return bad("request", "roi: must be {min: [3 ints], max: [3 ints]}");
+    if (!valid_time(deadline))
+        return bad("request", "deadline: must be RFC 3339 UTC");
+    if (!valid_time(sub))
+        return bad("request", "submitted: must be RFC 3339 UTC");
+    if (reuse != NULL && !json_is_boolean(reuse))
+        return bad("request", "reuse: must be true or false");
+    wj = cnx__json_canonical(wf);
+    rj = cnx__json_canonical(roi);
+    if (wj == NULL || rj == NULL) {
+        rc = cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+        goto done;
+    }
+    cnx_digest(wj, strlen(wj), digest);
+    st = ctl_stmt(c, "INSERT OR IGNORE INTO requests(id, workflow, "
+                     "workflow_digest, workflow_json, dataset, roi, submitted, "
+                     "deadline, reuse, submitter, state) VALUES(?, ?, ?, ?, ?, "
+                     "?, ?, ?, ?, ?, 'submitted')");
+    if (st == NULL) {
+        rc = CNX_EIO;
+        goto done;
+    }
+    ctl_bind_text(st, 1, id);
+    ctl_bind_text(st, 2, jstr(wf, "name"));
+    ctl_bind_text(st, 3, digest);
+    ctl_bind_text(st, 4, wj);
+    ctl_bind_text(st, 5, ds);
+    ctl_bind_text(st, 6, rj);
+    ctl_bind_text(st, 7, sub);
+    ctl_bind_text(st, 8, deadline);
+    sqlite3_bind_int(st, 9, json_is_true(reuse));
+    ctl_bind_text(st, 10, jstr(m, "submitter"));
+    rc = ctl_done(c, st);
+done:
+    free(wj);
+    free(rj);
+    return rc;
+}
+
+/* Insert the stages, tasks and namespaces of an accepted request. */
+static int plan_rows(ctl *c, const char *request)
+{
+    ctl_plan *cp = ctl_plan_get(c, request);
+    sqlite3_stmt *st;
+    int rc = 0;
+    if (cp == NULL)
+        return cnx_error_last()->code ? cnx_error_last()->code : CNX_EIO;
+    const cnx_plan *p = cp->plan;
+    for (size_t s = 0; s < p->nstages && rc == 0; s++) {
+        const cnx_plan_stage *ps = &p->stages[s];
+        const cnx_wf_stage *ws = &cp->wf->stages[s];
+        char region[160];
+        snprintf(region, sizeof(region),
+                 "{\"max\":[%lld,%lld,%lld],\"min\":[%lld,%lld,%lld]}",
+                 (long long)ps->region.max[0], (long long)ps->region.max[1],
+                 (long long)ps->region.max[2], (long long)ps->region.min[0],
+                 (long long)ps->region.min[1], (long long)ps->region.min[2]);
+        st = ctl_stmt(c, "INSERT OR IGNORE INTO stages(request, stage, seq, "
+                         "worker, kind, kernel_version, parameters, tasks, "
+                         "region, input_layer, input_scale, res_x, res_y, "
+                         "res_z, output_layer, output_scale, retry_budget, "
+                         "lease_s) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                         "?, ?, ?, ?, ?, ?)");
+        if (st == NULL)
+            return CNX_EIO;
+        ctl_bind_text(st, 1, request);
+        ctl_bind_text(st, 2, ws->name);
+        sqlite3_bind_int64(st, 3, (int64_t)s);
+        ctl_bind_text(st, 4, ws->worker);
+        ctl_bind_text(st, 5, ws->kind == CNX_WF_MAP ? "map" : "reduce");
+        sqlite3_bind_int64(st, 6, ws->kernel_version);
+        ctl_bind_text(st, 7, ws->parameters);
+        sqlite3_bind_int64(st, 8, (int64_t)ps->count);
+        ctl_bind_text(st, 9, region);
+        ctl_bind_text(st, 10, ps->in_layer);
+        ctl_bind_text(st, 11, ps->in_scale.key);
+        sqlite3_bind_double(st, 12, ps->in_scale.resolution[0]);
+        sqlite3_bind_double(st, 13, ps->in_scale.resolution[1]);
+        sqlite3_bind_double(st, 14, ps->in_scale.resolution[2]);
+        ctl_bind_text(st, 15, ps->out_layer);
+        ctl_bind_text(st, 16, ps->out_scale.key);
+        sqlite3_bind_int64(st, 17, ws->retry_budget);
+        sqlite3_bind_double(st, 18, ws->lease_s);
+        rc = ctl_done(c, st);
+        if (rc != 0)
+            return rc;
+        /* The first request to write a namespace binds it (the least
+         * request id, so that the row does not depend on the order in
+         * which partitions were read). */
+        st = ctl_stmt(c, "INSERT INTO namespaces(layer, scale, worker, "
+                         "kernel_version, parameters, first_request) "
+                         "VALUES(?, ?, ?, ?, ?, ?) ON CONFLICT(layer, scale) "
+                         "DO UPDATE SET first_request = min(first_request, "
+                         "excluded.first_request)");
+        if (st == NULL)
+            return CNX_EIO;
+        ctl_bind_text(st, 1, ps->out_layer);
+        ctl_bind_text(st, 2, ps->out_scale.key);
+        ctl_bind_text(st, 3, ws->worker);
+        sqlite3_bind_int64(st, 4, ws->kernel_version);
+        ctl_bind_text(st, 5, ws->parameters);
+        ctl_bind_text(st, 6, request);
+        rc = ctl_done(c, st);
+    }
+    for (size_t t = 0; t < p->ntasks && rc == 0; t++) {
+        const cnx_plan_task *pt = &p->tasks[t];
+        st = ctl_stmt(c, "INSERT OR IGNORE INTO tasks(request, idx, stage, "
+                         "x0, y0, z0, x1, y1, z1, deps_left, state) "
+                         "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'planned')");
+        if (st == NULL)
+            return CNX_EIO;
+        ctl_bind_text(st, 1, request);
+        sqlite3_bind_int64(st, 2, (int64_t)t);
+        ctl_bind_text(st, 3, cp->wf->stages[pt->stage].name);
+        for (int i = 0; i < 3; i++) {
+            sqlite3_bind_int64(st, 4 + i, pt->roi.min[i]);
+            sqlite3_bind_int64(st, 7 + i, pt->roi.max[i]);
+        }
+        sqlite3_bind_int64(st, 10, pt->ndeps);
+        rc = ctl_done(c, st);
+    }
+    if (rc != 0)
+        return rc;
+    /* Releases and attempts applied before the plan (other partitions
+     * read first): fold them in now. */
+    {
+        int64_t *idx = NULL;
+        size_t n = 0, cap = 0;
+        st = ctl_stmt(c, "SELECT DISTINCT idx FROM releases WHERE request = ? "
+                         "ORDER BY idx");
+        if (st == NULL)
+            return CNX_EIO;
+        ctl_bind_text(st, 1, request);
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 64;
+                int64_t *g = realloc(idx, cap * sizeof(*idx));
+                if (g == NULL) {
+                    free(idx);
+                    return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+                }
+                idx = g;
+            }
+            idx[n++] = sqlite3_column_int64(st, 0);
+        }
+        for (size_t i = 0; i < n && rc == 0; i++)
+            rc = ctl_refresh_task(c, request, idx[i]);
+        free(idx);
+    }
+    return rc;
+}
+
+static int apply_state(ctl *c, const json_t *m, const char *text)
+{
+    const char *id = jstr(m, "request"), *type = jstr(m, "type");
+    const char *time = jstr(m, "time");
+    sqlite3_stmt *st;
+    int rc;
+
+    if (id == NULL || type == NULL || !valid_time(time))
+        return bad("request-state", "request, type and time are required");
+    if (strcmp(type, "accepted") == 0) {
+        if (!json_is_array(json_object_get(m, "externals")))
+            return bad("request-state", "externals: must be an array");
+        st = ctl_stmt(c, "UPDATE requests SET state = 'accepted', "
+                         "accepted = ?, plan = ?, tasks = ? WHERE id = ? AND "
+                         "state = 'submitted'");
+        if (st == NULL)
+            return CNX_EIO;
+        ctl_bind_text(st, 1, time);
+        ctl_bind_text(st, 2, text);
+        sqlite3_bind_int64(st, 3, jint(m, "tasks", 0));
+        ctl_bind_text(st, 4, id);
+        rc = ctl_done(c, st);
+        if (rc == 0 && sqlite3_changes(c->db) == 1)
+            rc = plan_rows(c, id);
+        return rc;
+    }
+    if (strcmp(type, "refused") == 0) {
+        st = ctl_stmt(c, "UPDATE requests SET state = 'refused', "
+                         "finished = ?, error = ? WHERE id = ? AND state = "
+                         "'submitted'");
+        if (st == NULL)
+            return CNX_EIO;
+        ctl_bind_text(st, 1, time);
+        ctl_bind_text(st, 2, jstr(m, "error"));
+        ctl_bind_text(st, 3, id);
+        return ctl_done(c, st);
+    }
+    if (strcmp(type, "progress") == 0) {
+        st = ctl_stmt(c, "UPDATE requests SET eta = ?, slo = coalesce(?, "
+                         "slo), urgent = max(urgent, ?), progress_at = ? "
+                         "WHERE id = ? AND state = 'accepted'");
+        if (st == NULL)
+            return CNX_EIO;
+        ctl_bind_text(st, 1, jstr(m, "eta"));
+        ctl_bind_text(st, 2, jstr(m, "slo"));
+        sqlite3_bind_int(st, 3, json_is_true(json_object_get(m, "urgent")));
+        ctl_bind_text(st, 4, time);
+        ctl_bind_text(st, 5, id);
+        return ctl_done(c, st);
+    }
+    if (strcmp(type, "slo") == 0) {
+        const char *slo = jstr(m, "slo");
+        if (slo == NULL || (strcmp(slo, "at_risk") != 0 &&
+                            strcmp(slo, "missed") != 0 &&
+                            strcmp(slo, "met") != 0))
+            return bad("request-state", "slo: must be at_risk, missed or met");
+        st = ctl_stmt(c, "INSERT OR IGNORE INTO slo_events(request, type, "
+                         "time, eta, deadline) VALUES(?, ?, ?, ?, ?)");
+        if (st == NULL)
+            return CNX_EIO;
+        ctl_bind_text(st, 1, id);
+        ctl_bind_text(st, 2, slo);
+        ctl_bind_text(st, 3, time);
+        ctl_bind_text(st, 4, jstr(m, "eta"));
+        ctl_bind_text(st, 5, jstr(m, "deadline") ? jstr(m, "deadline") : "");
+        rc = ctl_done(c, st);
+        if (rc != 0)
+            return rc;
+        st = ctl_stmt(c, "UPDATE requests SET slo = ?, urgent = max(urgent, "
+                         "? ) WHERE id = ?");
+        if (st == NULL)
+            return CNX_EIO;
+        ctl_bind_text(st, 1, slo);
+        sqlite3_bind_int(st, 2, strcmp(slo, "met") != 0);
+        ctl_bind_text(st, 3, id);
+        return ctl_done(c, st);
+    }
+    if (strcmp(type, "finished") == 0) {
+        const char *outcome = jstr(m, "outcome");
+        if (outcome == NULL ||
+            (strcmp(outcome, "done") != 0 && strcmp(outcome, "failed") != 0))
+            return bad("request-state", "outcome: must be done or failed");
+        st = ctl_stmt(c, "UPDATE requests SET state = ?, outcome = ?, "
+                         "finished = ?, summary = ? WHERE id = ? AND state = "
+                         "'accepted'");
+        if (st == NULL)
+            return CNX_EIO;
+        ctl_bind_text(st, 1, outcome);
+        ctl_bind_text(st, 2, outcome);
+        ctl_bind_text(st, 3, time);
+        ctl_bind_text(st, 4, text);
+        ctl_bind_text(st, 5, id);
+        return ctl_done(c, st);
+    }
+    return bad("request-state", "type: unknown");
+}
+
+/* ---- releases (the controller's task decisions) ------------------------- */
+
+static int apply_control(ctl *c, const json_t *m)
+{
+    const char *type = jstr(m, "type"), *req = jstr(m, "request");
+    const char *key = jstr(m, "task_key"), *time = jstr(m, "time");
+    const char *lane = jstr(m, "lane");
+    int64_t idx = jint(m, "index", -1), attempt = jint(m, "attempt", -1);
+    sqlite3_stmt *st;
+    int rc;
+
+    if (type == NULL || (strcmp(type, "released") != 0 &&
+                         strcmp(type, "reused") != 0 &&
+                         strcmp(type, "dead_lettered") != 0))
+        return bad("control", "type: must be released, reused or "
+                              "dead_lettered");
+    if (req == NULL || key == NULL || idx < 0 || attempt < 0 ||
+        !valid_time(time))
+        return bad("control", "request, task_key, index, attempt and time "
+                              "are required");
+    st = ctl_stmt(c, "INSERT OR IGNORE INTO releases(request, idx, attempt, "
+                     "type, task_key, lane, time, reason) VALUES(?, ?, ?, ?, "
+                     "?, ?, ?, ?)");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, req);
+    sqlite3_bind_int64(st, 2, idx);
+    sqlite3_bind_int64(st, 3, attempt);
+    ctl_bind_text(st, 4, type);
+    ctl_bind_text(st, 5, key);
+    ctl_bind_text(st, 6, lane ? lane : "bulk");
+    ctl_bind_text(st, 7, time);
+    ctl_bind_text(st, 8, jstr(m, "reason") ? jstr(m, "reason") : "");
+    rc = ctl_done(c, st);
+    if (rc == 0 && sqlite3_changes(c->db) == 1)
+        rc = ctl_refresh_task(c, req, idx);
+    return rc;
+}
+
+/* ---- worker events --------------------------------------------------------- */
+
+/* The task of request whose key is key: its index, or -1. */
+static int64_t task_by_key(ctl *c, const char *request, const char *key,
+                           char *stage, size_t n)
+{
+    sqlite3_stmt *st = ctl_stmt(c, "SELECT idx, stage FROM tasks WHERE "
+                                   "task_key = ? AND request = ? ORDER BY idx "
+                                   "LIMIT 1");
+    if (st == NULL)
+        return -1;
+    ctl_bind_text(st, 1, key);
+    ctl_bind_text(st, 2, request);
+    if (sqlite3_step(st) != SQLITE_ROW)
+        return -1;
+    if (stage != NULL)
+        snprintf(stage, n, "%s", sqlite3_column_text(st, 1));
+    return sqlite3_column_int64(st, 0);
+}
+
+static int apply_event(ctl *c, const json_t *m)
+{
+    const char *type = jstr(m, "type"), *key = jstr(m, "task_key");
+    const char *req = jstr(m, "request"), *worker = jstr(m, "worker");
+    const char *time = jstr(m, "time"), *stage = jstr(m, "stage");
+    const json_t *timings = json_object_get(m, "timings");
+    const json_t *err = json_object_get(m, "error");
+    const json_t *viol = json_object_get(m, "violation");
+    int64_t attempt = jint(m, "attempt", -1), idx;
+    int rank;
+    char wstage[64] = "";
+    sqlite3_stmt *st;
+    int rc;
+
+    if (type == NULL || key == NULL || req == NULL || worker == NULL ||
+        stage == NULL || attempt < 1 || !valid_time(time))
+        return bad("event", "type, stage, task_key, request, attempt, "
+                            "worker and time are required");
+    rank = strcmp(type, "started") == 0     ? 1
+           : strcmp(type, "preempted") == 0 ? 2
+           : strcmp(type, "failed") == 0    ? 3
+           : strcmp(type, "succeeded") == 0 ? 4
+                                            : 0;
+    if (rank == 0)
+        return bad("event", "type: unknown");
+    /* One row per (task, request, attempt, worker); a later state of the
+     * attempt overrides an earlier one (started < preempted < failed <
+     * succeeded), whatever order duplicates arrive in. */
+    st = ctl_stmt(
+        c,
+        "INSERT INTO attempts(task_key, request, attempt, worker, stage, "
+        "state, started, finished, cpu_s, wall_s, read_s, kernel_s, write_s, "
+        "bytes_read, bytes_written, voxels, outputs, manifest, error_code, "
+        "error, retriable) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+        "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) "
+        "ON CONFLICT(task_key, request, attempt, worker) DO UPDATE SET "
+        "started = coalesce(started, excluded.started), "
+        "state = CASE WHEN ?22 > (CASE state WHEN 'started' THEN 1 WHEN "
+        "'preempted' THEN 2 WHEN 'failed' THEN 3 ELSE 4 END) THEN "
+        "excluded.state ELSE state END, "
+        "finished = coalesce(excluded.finished, finished), "
+        "cpu_s = coalesce(excluded.cpu_s, cpu_s), "
+        "wall_s = coalesce(excluded.wall_s, wall_s), "
+        "read_s = coalesce(excluded.read_s, read_s), "
+        "kernel_s = coalesce(excluded.kernel_s, kernel_s), "
+        "write_s = coalesce(excluded.write_s, write_s), "
+        "bytes_read = coalesce(excluded.bytes_read, bytes_read), "
+        "bytes_written = coalesce(excluded.bytes_written, bytes_written), "
+        "voxels = coalesce(excluded.voxels, voxels), "
+        "outputs = coalesce(excluded.outputs, outputs), "
+        "manifest = coalesce(manifest, excluded.manifest), "
+        "error_code = coalesce(excluded.error_code, error_code), "
+        "error = coalesce(excluded.error, error), "
+        "retriable = coalesce(excluded.retriable, retriable)");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, key);
+    ctl_bind_text(st, 2, req);
+    sqlite3_bind_int64(st, 3, attempt);
+    ctl_bind_text(st, 4, worker);
+    ctl_bind_text(st, 5, stage);
+    ctl_bind_text(st, 6, type);
+    ctl_bind_text(st, 7, rank == 1 ? time : NULL);
+    ctl_bind_text(st, 8, rank > 1 ? time : NULL);
+    if (json_is_object(timings)) {
+        sqlite3_bind_double(st, 9, jnum(m, "cpu_s"));
+        sqlite3_bind_double(st, 10, jnum(timings, "total_s"));
+        sqlite3_bind_double(st, 11, jnum(timings, "read_s"));
+        sqlite3_bind_double(st, 12, jnum(timings, "kernel_s"));
+        sqlite3_bind_double(st, 13, jnum(timings, "write_s"));
+        sqlite3_bind_int64(st, 14, jint(m, "bytes_read", 0));
+        sqlite3_bind_int64(st, 15, jint(m, "bytes_written", 0));
+        sqlite3_bind_int64(st, 16, jint(m, "voxels", 0));
+        sqlite3_bind_int64(st, 17, jint(m, "outputs", 0));
+    }
+    if (rank == 4)
+        ctl_bind_text(st, 18, jstr(m, "manifest"));
+    if (json_is_object(err)) {
+        ctl_bind_text(st, 19, jstr(err, "code"));
+        ctl_bind_text(st, 20, jstr(err, "message"));
+        sqlite3_bind_int(st, 21, json_is_true(json_object_get(err,
+                                                              "retriable")));
+    }
+    sqlite3_bind_int(st, 22, rank);
+    rc = ctl_done(c, st);
+    if (rc != 0)
+        return rc;
+    idx = task_by_key(c, req, key, wstage, sizeof(wstage));
+    if (json_is_object(viol) && jstr(viol, "object") && jstr(viol, "stored") &&
+        jstr(viol, "got")) {
+        char evidence[160];
+        snprintf(evidence, sizeof(evidence), "event %s attempt %lld",
+                 worker, (long long)attempt);
+        st = ctl_stmt(c, "INSERT OR IGNORE INTO violations(kind, task_key, "
+                         "object, expected, got, request, stage, evidence) "
+                         "VALUES('immutability', ?, ?, ?, ?, ?, ?, ?)");
+        if (st == NULL)
+            return CNX_EIO;
+        ctl_bind_text(st, 1, key);
+        ctl_bind_text(st, 2, jstr(viol, "object"));
+        ctl_bind_text(st, 3, jstr(viol, "stored"));
+        ctl_bind_text(st, 4, jstr(viol, "got"));
+        ctl_bind_text(st, 5, req);
+        ctl_bind_text(st, 6, wstage[0] ? wstage : stage);
+        ctl_bind_text(st, 7, evidence);
+        rc = ctl_done(c, st);
+        if (rc != 0)
+            return rc;
+    }
+    return idx >= 0 ? ctl_refresh_task(c, req, idx) : 0;
+}
+
+/* ---- lineage ------------------------------------------------------------- */
+
+/* Outputs of a verified statement, and reproducibility violations. */
+static int apply_statement(ctl *c, const json_t *stmt, const char *manifest,
+                           const char *key, const char *req)
+{
+    const json_t *subjects = json_object_get(stmt, "subject");
+    char wstage[64] = "";
+    size_t i;
+    const json_t *s;
+    int rc = 0;
+
+    task_by_key(c, req, key, wstage, sizeof(wstage));
+    json_array_foreach(subjects, i, s) {
+        const char *name = jstr(s, "name");
+        const char *hex = jstr(json_object_get(s, "digest"), "sha256");
+        char digest[CNX_DIGEST_LEN + 8];
+        sqlite3_stmt *st;
+        if (name == NULL || hex == NULL || strlen(hex) != 64)
+            continue;
+        snprintf(digest, sizeof(digest), "sha256:%s", hex);
+        st = ctl_stmt(c, "INSERT OR IGNORE INTO outputs(task_key, object, "
+                         "digest, manifest) VALUES(?, ?, ?, ?)");
+        if (st == NULL)
+            return CNX_EIO;
+        ctl_bind_text(st, 1, key);
+        ctl_bind_text(st, 2, name);
+        ctl_bind_text(st, 3, digest);
+        ctl_bind_text(st, 4, manifest);
+        rc = ctl_done(c, st);
+        if (rc != 0)
+            return rc;
+        if (sqlite3_changes(c->db) == 1)
+            continue;
+        st = ctl_stmt(c, "SELECT digest FROM outputs WHERE task_key = ? AND "
+                         "object = ?");
+        if (st == NULL)
+            return CNX_EIO;
+        ctl_bind_text(st, 1, key);
+        ctl_bind_text(st, 2, name);
+        if (sqlite3_step(st) != SQLITE_ROW)
+            continue;
+        if (strcmp((const char *)sqlite3_column_text(st, 0), digest) == 0)
+            continue;
+        {
+            char expected[CNX_DIGEST_LEN + 8];
+            snprintf(expected, sizeof(expected), "%s",
+                     sqlite3_column_text(st, 0));
+            st = ctl_stmt(c, "INSERT OR IGNORE INTO violations(kind, "
+                             "task_key, object, expected, got, request, "
+                             "stage, evidence) VALUES('reproducibility', ?, "
+                             "?, ?, ?, ?, ?, ?)");
+            if (st == NULL)
+                return CNX_EIO;
+            ctl_bind_text(st, 1, key);
+            ctl_bind_text(st, 2, name);
+            ctl_bind_text(st, 3, expected);
+            ctl_bind_text(st, 4, digest);
+            ctl_bind_text(st, 5, req ? req : "");
+            ctl_bind_text(st, 6, wstage[0] ? wstage
+                                           : jstr(json_object_get(
+                                                 json_object_get(
+                                                     json_object_get(
+                                                         stmt, "predicate"),
+                                                     "buildDefinition"),
+                                                 "externalParameters"),
+                                                  "stage"));
+            ctl_bind_text(st, 7, manifest);
+            rc = ctl_done(c, st);
+            CNX_WARN("controller", "reproducibility violation: task %s "
+                     "object %s was %s, now %s", key, name, expected, digest);
+            if (rc != 0)
+                return rc;
+        }
+    }
+    return rc;
+}
+
+static int apply_lineage(ctl *c, const cnx_message *msg)
+{
+    char manifest[CNX_DIGEST_LEN], prev[CNX_DIGEST_LEN + 8], row[CNX_DIGEST_LEN];
+    char chain[256], *envelope = NULL;
+    uint8_t *payload = NULL;
+    size_t plen = 0;
+    int signer = -1, verified, rc;
+    json_t *stmt = NULL;
+    const char *key = NULL, *req = NULL, *stage = NULL, *inv = NULL;
+    const json_t *ext = NULL, *meta = NULL;
+    char error[512] = "";
+    sqlite3_stmt *st;
+
+    cnx_digest(msg->value, msg->len, manifest);
+    envelope = malloc(msg->len + 1);
+    if (envelope == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+    memcpy(envelope, msg->value, msg->len);
+    envelope[msg->len] = '\0';
+    if (strlen(envelope) != msg->len) {
+        snprintf(error, sizeof(error), "envelope: holds a NUL byte");
+        verified = 0;
+    } else {
+        verified = cnx_dsse_verify(envelope, msg->len, c->trusted,
+                                   c->ntrusted, &payload, &plen,
+                                   &signer) == 0;
+        if (!verified)
+            snprintf(error, sizeof(error), "%s", cnx_error_last()->message);
+    }
+    if (verified &&
+        cnx__json_parse(&stmt, (const char *)payload, plen, CNX_ESCHEMA,
+                        "statement") == 0) {
+        ext = json_object_get(json_object_get(json_object_get(stmt,
+                                                              "predicate"),
+                                              "buildDefinition"),
+                              "externalParameters");
+        meta = json_object_get(json_object_get(json_object_get(stmt,
+                                                               "predicate"),
+                                               "runDetails"),
+                               "metadata");
+        key = jstr(ext, "taskKey");
+        stage = jstr(ext, "stage");
+        req = jstr(json_object_get(ext, "task"), "request");
+        inv = jstr(meta, "invocationId");
+        if (key == NULL || req == NULL) {
+            verified = 0;
+            snprintf(error, sizeof(error), "statement: no taskKey or "
+                     "task.request");
+        }
+    } else if (verified) {
+        verified = 0;
+        snprintf(error, sizeof(error), "%s", cnx_error_last()->message);
+    }
+    /* The chain: each row's digest covers the previous row's digest in
+     * the same partition, its position, the envelope's digest and the
+     * verdict. */
+    st = ctl_stmt(c, "SELECT row_digest FROM lineage WHERE partition = ? "
+                     "ORDER BY offset DESC LIMIT 1");
+    if (st == NULL) {
+        rc = CNX_EIO;
+        goto done;
+    }
+    sqlite3_bind_int(st, 1, msg->partition);
+    snprintf(prev, sizeof(prev), "%s",
+             sqlite3_step(st) == SQLITE_ROW
+                 ? (const char *)sqlite3_column_text(st, 0)
+                 : GENESIS);
+    snprintf(chain, sizeof(chain), "cnx.lineage-row/1\n%s\n%d\n%lld\n%s\n%d\n",
+             prev, (int)msg->partition, (long long)msg->offset, manifest,
+             verified);
+    cnx_digest(chain, strlen(chain), row);
+    st = ctl_stmt(c, "INSERT OR IGNORE INTO lineage(partition, offset, "
+                     "envelope_digest, task_key, request, stage, invocation, "
+                     "signer, verified, error, envelope, prev, row_digest) "
+                     "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    if (st == NULL) {
+        rc = CNX_EIO;
+        goto done;
+    }
+    sqlite3_bind_int(st, 1, msg->partition);
+    sqlite3_bind_int64(st, 2, msg->offset);
+    ctl_bind_text(st, 3, manifest);
+    ctl_bind_text(st, 4, key);
+    ctl_bind_text(st, 5, req);
+    ctl_bind_text(st, 6, stage);
+    ctl_bind_text(st, 7, inv);
+    ctl_bind_text(st, 8, verified && signer >= 0 ? c->trusted_names[signer]
+                                                 : NULL);
+    sqlite3_bind_int(st, 9, verified);
+    ctl_bind_text(st, 10, verified ? NULL : error);
+    ctl_bind_text(st, 11, envelope);
+    ctl_bind_text(st, 12, prev);
+    ctl_bind_text(st, 13, row);
+    rc = ctl_done(c, st);
+    if (rc != 0 || sqlite3_changes(c->db) != 1)
+        goto done;
+    if (!verified) {
+        CNX_WARN("controller", "manifest %s[%d]@%lld refused: %s",
+                 msg->topic, (int)msg->partition, (long long)msg->offset,
+                 error);
+        goto done;
+    }
+    rc = apply_statement(c, stmt, manifest, key, req);
+    if (rc == 0) {
+        int64_t idx = task_by_key(c, req, key, NULL, 0);
+        if (idx >= 0)
+            rc = ctl_refresh_task(c, req, idx);
+    }
+done:
+    json_decref(stmt);
+    free(payload);
+    free(envelope);
+    return rc;
+}
+
+/* ---- dispatch -------------------------------------------------------------- */
+
+static int reject(ctl *c, const cnx_message *msg, const char *why)
+{
+    sqlite3_stmt *st;
+    CNX_WARN("controller", "rejected %s[%d]@%lld: %s", msg->topic,
+             (int)msg->partition, (long long)msg->offset, why);
+    if (msg->partition < 0)
+        return 0;
+    st = ctl_stmt(c, "INSERT OR IGNORE INTO rejected(topic, partition, "
+                     "offset, error) VALUES(?, ?, ?, ?)");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, msg->topic);
+    sqlite3_bind_int(st, 2, msg->partition);
+    sqlite3_bind_int64(st, 3, msg->offset);
+    ctl_bind_text(st, 4, why);
+    return ctl_done(c, st);
+}
+
+int ctl_apply(ctl *c, const cnx_message *msg)
+{
+    json_t *m = NULL;
+    const char *schema;
+    char *text = NULL;
+    int rc;
+
+    if (msg->value == NULL)
+        return reject(c, msg, "message over the size limit");
+    if (strcmp(msg->topic, CNX_TOPIC_LINEAGE) == 0) {
+        rc = apply_lineage(c, msg);
+        return rc == CNX_EIO || rc == CNX_ENOMEM
+                   ? rc
+                   : (rc != 0 ? reject(c, msg, cnx_error_last()->message) : 0);
+    }
+    cnx_error_clear();
+    rc = cnx__json_parse(&m, msg->value, msg->len, CNX_ESCHEMA, msg->topic);
+    if (rc != 0 || !json_is_object(m)) {
+        json_decref(m);
+        return reject(c, msg, rc ? cnx_error_last()->message
+                                 : "not a JSON object");
+    }
+    schema = jstr(m, "schema");
+    if (schema == NULL)
+        rc = bad(msg->topic, "schema: missing");
+    else if (strcmp(msg->topic, CNX_TOPIC_REQUESTS) == 0 &&
+             strcmp(schema, CNX_REQUEST_SCHEMA) == 0)
+        rc = apply_request(c, m);
+    else if (strcmp(msg->topic, CNX_TOPIC_REQUESTS) == 0 &&
+             strcmp(schema, CNX_REQUEST_STATE_SCHEMA) == 0) {
+        text = cnx__json_canonical(m);
+        rc = text ? apply_state(c, m, text)
+                  : cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+    } else if (strcmp(msg->topic, CNX_TOPIC_EVENTS) == 0 &&
+               strcmp(schema, "cnx.event/1") == 0)
+        rc = apply_event(c, m);
+    else if (strcmp(msg->topic, CNX_TOPIC_EVENTS) == 0 &&
+             strcmp(schema, CNX_CONTROL_SCHEMA) == 0)
+        rc = apply_control(c, m);
+    else
+        rc = cnx_error_set(CNX_ESCHEMA, 0, "%s: schema '%.64s' does not "
+                           "belong on this topic", msg->topic, schema);
+    json_decref(m);
+    free(text);
+    if (rc == CNX_EIO || rc == CNX_ENOMEM)
+        return rc;
+    return rc != 0 ? reject(c, msg, cnx_error_last()->message) : 0;
+}
+
+/* ---- derived columns ----------------------------------------------------- */
+
+static int count_off_dependents(ctl *c, const char *request, int64_t idx)
+{
+    ctl_plan *cp = ctl_plan_get(c, request);
+    size_t *ids = NULL, n = 0;
+    int rc;
+    if (cp == NULL)
+        return CNX_EIO;
+    rc = cnx_plan_dependents(cp->plan, (size_t)idx, &ids, &n);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        sqlite3_stmt *st = ctl_stmt(c, "UPDATE tasks SET deps_left = "
+                                       "deps_left - 1 WHERE request = ? AND "
+                                       "idx = ?");
+        if (st == NULL) {
+            rc = CNX_EIO;
+            break;
+        }
+        ctl_bind_text(st, 1, request);
+        sqlite3_bind_int64(st, 2, (int64_t)ids[i]);
+        rc = ctl_done(c, st);
+    }
+    free(ids);
+    return rc;
+}
+
+static void col_text(sqlite3_stmt *st, int i, char *out, size_t n)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    snprintf(out, n, "%s", t ? (const char *)t : "");
+}
+
+int ctl_refresh_task(ctl *c, const char *request, int64_t idx)
+{
+    char old[16], key[CNX_DIGEST_LEN + 8] = "", lane[16] = "";
+    char manifest[CNX_DIGEST_LEN + 8] = "", done_at[40] = "";
+    char last_seen[40] = "", error[1024] = "", dead_reason[1024] = "";
+    const char *state;
+    int64_t budget = 0, releases = 0, last_attempt = 0, reused = 0;
+    int dead = 0;
+    sqlite3_stmt *st;
+
+    st = ctl_stmt(c, "SELECT t.state, s.retry_budget FROM tasks t JOIN "
+                     "stages s ON s.request = t.request AND s.stage = "
+                     "t.stage WHERE t.request = ? AND t.idx = ?");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, request);
+    sqlite3_bind_int64(st, 2, idx);
+    if (sqlite3_step(st) != SQLITE_ROW)
+        return 0; /* not planned yet: plan_rows refreshes it */
+    col_text(st, 0, old, sizeof(old));
+    budget = sqlite3_column_int64(st, 1);
+
+    st = ctl_stmt(c, "SELECT task_key, "
+                     "sum(type = 'released'), max(attempt), "
+                     "sum(type = 'reused'), sum(type = 'dead_lettered'), "
+                     "max(time) FROM releases WHERE request = ? AND idx = ?");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, request);
+    sqlite3_bind_int64(st, 2, idx);
+    if (sqlite3_step(st) == SQLITE_ROW &&
+        sqlite3_column_type(st, 0) != SQLITE_NULL) {
+        col_text(st, 0, key, sizeof(key));
+        releases = sqlite3_column_int64(st, 1);
+        last_attempt = sqlite3_column_int64(st, 2);
+        reused = sqlite3_column_int64(st, 3);
+        dead = sqlite3_column_int64(st, 4) > 0;
+        col_text(st, 5, last_seen, sizeof(last_seen));
+    }
+    if (key[0] == '\0')
+        return 0; /* never released */
+    st = ctl_stmt(c, "SELECT lane, reason FROM releases WHERE request = ? "
+                     "AND idx = ? ORDER BY attempt DESC, type LIMIT 1");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, request);
+    sqlite3_bind_int64(st, 2, idx);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        col_text(st, 0, lane, sizeof(lane));
+    if (dead) {
+        st = ctl_stmt(c, "SELECT reason FROM releases WHERE request = ? AND "
+                         "idx = ? AND type = 'dead_lettered' ORDER BY attempt "
+                         "LIMIT 1");
+        if (st == NULL)
+            return CNX_EIO;
+        ctl_bind_text(st, 1, request);
+        sqlite3_bind_int64(st, 2, idx);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            col_text(st, 0, dead_reason, sizeof(dead_reason));
+    }
+    /* Attempts: the last one, the last activity, the verified success. */
+    st = ctl_stmt(c, "SELECT max(attempt), max(coalesce(finished, started)) "
+                     "FROM attempts WHERE task_key = ? AND request = ?");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, key);
+    ctl_bind_text(st, 2, request);
+    if (sqlite3_step(st) == SQLITE_ROW &&
+        sqlite3_column_type(st, 0) != SQLITE_NULL) {
+        char seen[40];
+        if (sqlite3_column_int64(st, 0) > last_attempt)
+            last_attempt = sqlite3_column_int64(st, 0);
+        col_text(st, 1, seen, sizeof(seen));
+        if (strcmp(seen, last_seen) > 0)
+            snprintf(last_seen, sizeof(last_seen), "%s", seen);
+    }
+    st = ctl_stmt(c, "SELECT a.manifest, a.finished FROM attempts a JOIN "
+                     "lineage l ON l.envelope_digest = a.manifest AND "
+                     "l.verified = 1 WHERE a.task_key = ? AND a.request = ? "
+                     "AND a.state = 'succeeded' ORDER BY a.finished, "
+                     "a.manifest LIMIT 1");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, key);
+    ctl_bind_text(st, 2, request);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        col_text(st, 0, manifest, sizeof(manifest));
+        col_text(st, 1, done_at, sizeof(done_at));
+    }
+    st = ctl_stmt(c, "SELECT error_code || ': ' || coalesce(error, ''), "
+                     "retriable = 0 OR attempt >= 1 + ? FROM attempts WHERE "
+                     "task_key = ? AND request = ? AND state = 'failed' "
+                     "ORDER BY attempt DESC, worker LIMIT 1");
+    if (st == NULL)
+        return CNX_EIO;
+    sqlite3_bind_int64(st, 1, budget);
+    ctl_bind_text(st, 2, key);
+    ctl_bind_text(st, 3, request);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        col_text(st, 0, error, sizeof(error));
+        if (sqlite3_column_int(st, 1))
+            dead = 1;
+    }
+    if (dead_reason[0] != '\0')
+        snprintf(error, sizeof(error), "%s", dead_reason);
+
+    if (manifest[0] != '\0' || reused > 0)
+        state = "done";
+    else if (dead)
+        state = "dead";
+    else if (releases > 0)
+        state = "released";
+    else
+        state = "planned";
+    if (reused > 0 && manifest[0] == '\0')
+        snprintf(done_at, sizeof(done_at), "%s", last_seen);
+    st = ctl_stmt(c, "UPDATE tasks SET state = ?, task_key = ?, releases = ?, "
+                     "last_attempt = ?, lane = ?, last_seen = ?, done_at = ?, "
+                     "manifest = ?, reused = ?, error = ? WHERE request = ? "
+                     "AND idx = ?");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, state);
+    ctl_bind_text(st, 2, key);
+    sqlite3_bind_int64(st, 3, releases);
+    sqlite3_bind_int64(st, 4, last_attempt);
+    ctl_bind_text(st, 5, lane[0] ? lane : NULL);
+    ctl_bind_text(st, 6, last_seen[0] ? last_seen : NULL);
+    ctl_bind_text(st, 7, strcmp(state, "done") == 0 ? done_at : NULL);
+    ctl_bind_text(st, 8, manifest[0] ? manifest : NULL);
+    sqlite3_bind_int(st, 9, reused > 0);
+    ctl_bind_text(st, 10, strcmp(state, "done") != 0 && error[0] ? error
+                                                                 : NULL);
+    ctl_bind_text(st, 11, request);
+    sqlite3_bind_int64(st, 12, idx);
+    if (ctl_done(c, st) != 0)
+        return CNX_EIO;
+    if (strcmp(old, "done") != 0 && strcmp(state, "done") == 0)
+        return count_off_dependents(c, request, idx);
+    return 0;
+}

@@ -1,0 +1,97 @@
+/*
+ * controller_int.h - internals shared by the controller's files: the
+ * state, the prepared-statement cache and the apply / decide halves.
+ */
+#ifndef CNX_CONTROLLER_INT_H
+#define CNX_CONTROLLER_INT_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdint.h>
+
+#include "cnx/controller.h"
+#include "cnx/digest.h"
+#include "cnx/kafka.h"
+#include "cnx/lineage.h"
+#include "cnx/workflow.h"
+
+#define CTL_MAX_STMTS 96
+
+/* A request's workflow and plan, rebuilt from the ledger on demand. */
+typedef struct ctl_plan {
+    char request[129];
+    cnx_workflow *wf;
+    cnx_plan *plan;
+} ctl_plan;
+
+/* External input digests already read from storage (object URL ->
+ * digest), so that overlapping halos hash each object once. */
+typedef struct ctl_digest {
+    char *url;
+    char digest[CNX_DIGEST_LEN];
+    struct ctl_digest *next;
+} ctl_digest;
+
+typedef struct ctl {
+    const cnx_controller_opts *o;
+    sqlite3 *db;
+    struct {
+        const char *sql;
+        sqlite3_stmt *st;
+    } stmts[CTL_MAX_STMTS];
+    cnx_key **trusted;
+    char **trusted_names;
+    size_t ntrusted;
+    cnx_consumer *reader;
+    cnx_producer *producer;
+    ctl_plan *plans;
+    size_t nplans;
+    ctl_digest *digests[4096];
+    int live;          /* caught up: decisions allowed */
+    int dirty;         /* applied something since the last decision round */
+    double last_progress;
+    int64_t applied;   /* messages applied */
+    pthread_mutex_t mlock;
+    char *metrics;     /* current Prometheus exposition */
+} ctl;
+
+/* Prepared statement for sql (a string literal: cached by address),
+ * reset and with bindings cleared. NULL on error (logged). */
+sqlite3_stmt *ctl_stmt(ctl *c, const char *sql);
+/* Run sql with no result; 0 or CNX_EIO (message set). */
+int ctl_exec(ctl *c, const char *sql);
+/* Step a statement to completion; 0 or CNX_EIO. */
+int ctl_done(ctl *c, sqlite3_stmt *st);
+/* Bind text (NULL binds NULL). */
+void ctl_bind_text(sqlite3_stmt *st, int i, const char *text);
+
+/* The plan of an accepted request (cached), or NULL (error set). */
+ctl_plan *ctl_plan_get(ctl *c, const char *request);
+
+/* Apply one message from the log (inside the caller's transaction). */
+int ctl_apply(ctl *c, const cnx_message *msg);
+
+/* Recompute a task's derived columns; on its first transition to done,
+ * count it off its dependents. */
+int ctl_refresh_task(ctl *c, const char *request, int64_t idx);
+
+/* Publish a JSON document (canonical text) to topic, keyed by key. */
+int ctl_publish(ctl *c, const char *topic, const char *key, const char *json,
+                const cnx_kafka_header *headers, size_t nheaders);
+/* Wait for the broker's acknowledgement of everything published. */
+int ctl_flush(ctl *c);
+
+/* One round of decisions (live only). */
+int ctl_decide(ctl *c);
+
+/* Render the Prometheus exposition from the ledger (main thread); the
+ * metrics server hands out a copy. */
+void ctl_metrics_update(ctl *c);
+int cnx__ctl_metrics_start(ctl *c, int port);
+void cnx__ctl_metrics_stop(void);
+
+/* Current wall-clock time, RFC 3339 with milliseconds. */
+void ctl_now_text(char out[32]);
+double ctl_wall(void);
+
+#endif

@@ -1,0 +1,1205 @@
+/*
+ * Workflows: the shipped files parse; every refusal names its field or its
+ * stages; the stage order is the stable topological one. Plans are checked
+ * against truths computed here, not by the planner's own method: task
+ * counts and widened regions worked out by hand, dependencies against a
+ * brute-force comparison of every pair of task boxes, coverage (the tasks
+ * a task waits for write every voxel it reads), task messages against a
+ * plain enumeration of all chunks of the grid. The schema file is checked
+ * to accept and refuse the same documents (tests/unit/workflow/
+ * schema_check.py, when python3 has jsonschema).
+ */
+#include "cnx_test.h"
+
+#include <inttypes.h>
+
+#include "cnx/error.h"
+#include "cnx/precomputed.h"
+#include "cnx/task.h"
+#include "cnx/workflow.h"
+
+/* ---- documents ----------------------------------------------------------- */
+
+#define WF(name, stages)                                                     \
+    "{\"schema\":\"cnx.workflow/1\",\"name\":\"" name "\",\"stages\":["       \
+    stages "]}"
+#define STAGE(name, worker, rest)                                            \
+    "{\"name\":\"" name "\",\"worker\":\"" worker "\",\"kind\":\"map\","     \
+    "\"kernel_version\":1" rest "}"
+#define IN_LAYER(l) ",\"inputs\":{\"source\":{\"layer\":\"" l "\"}}"
+#define IN_STAGE(s) ",\"inputs\":{\"source\":{\"stage\":\"" s "\"}}"
+#define OUT(l) ",\"output\":{\"layer\":\"" l "\"}"
+#define OK_STAGE(name) STAGE(name, "seg", IN_LAYER("image") OUT(name "/v1"))
+
+static const char *source_dir(void)
+{
+    const char *s = getenv("CNX_SOURCE");
+    return s ? s : ".";
+}
+
+static cnx_workflow *load_file(const char *rel)
+{
+    char path[512];
+    cnx_workflow *wf = NULL;
+    snprintf(path, sizeof(path), "%s/%s", source_dir(), rel);
+    if (cnx_workflow_load(&wf, path) != 0)
+        fail_msg("%s: %s", path, cnx_error_last()->message);
+    return wf;
+}
+
+static cnx_workflow *parse_ok(const char *doc)
+{
+    cnx_workflow *wf = NULL;
+    if (cnx_workflow_parse(&wf, doc, strlen(doc)) != 0)
+        fail_msg("%s\n-> %s", doc, cnx_error_last()->message);
+    return wf;
+}
+
+static void test_workflow__shipped_files_parse(void **state)
+{
+    cnx_workflow *wf = load_file("workflows/pyramid.json");
+    (void)state;
+    assert_string_equal(wf->name, "pyramid");
+    assert_int_equal(wf->nstages, 2);
+    assert_string_equal(wf->stages[0].name, "ds1");
+    assert_string_equal(wf->stages[1].name, "ds2");
+    assert_string_equal(wf->stages[0].worker, "downsample");
+    assert_int_equal(wf->stages[0].kind, CNX_WF_MAP);
+    assert_int_equal(wf->stages[0].ninputs, 1);
+    assert_string_equal(wf->stages[0].inputs[0].role, "source");
+    assert_string_equal(wf->stages[0].inputs[0].layer, "image");
+    assert_null(wf->stages[0].inputs[0].scale);
+    assert_int_equal(wf->stages[0].inputs[0].stage, -1);
+    assert_null(wf->stages[1].inputs[0].layer);
+    assert_int_equal(wf->stages[1].inputs[0].stage, 0);
+    assert_int_equal(wf->stages[1].ndeps, 1);
+    assert_int_equal(wf->stages[1].deps[0], 0);
+    assert_int_equal(wf->stages[0].ndeps, 0);
+    assert_string_equal(wf->stages[1].output_layer, "pyramid/v1");
+    assert_int_equal(wf->stages[1].halo, 0);
+    assert_int_equal(wf->stages[1].retry_budget, 3);
+    assert_true(wf->stages[1].lease_s == 600.0);
+    assert_string_equal(wf->stages[1].parameters, "{}");
+    assert_int_equal(wf->stages[0].out_type, -1);
+    assert_true(cnx_digest_valid(wf->digest));
+    assert_int_equal(cnx_workflow_find_stage(wf, "ds2"), 1);
+    assert_int_equal(cnx_workflow_find_stage(wf, "ds9"), -1);
+    /* The embedded copy parses to the same workflow. */
+    {
+        cnx_workflow *again = parse_ok(wf->json);
+        assert_string_equal(again->json, wf->json);
+        assert_string_equal(again->digest, wf->digest);
+        cnx_workflow_free(again);
+    }
+    cnx_workflow_free(wf);
+
+    wf = load_file("workflows/pyramid3.json");
+    assert_string_equal(wf->name, "pyramid3");
+    assert_int_equal(wf->nstages, 3);
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "ds%d", i + 1);
+        assert_string_equal(wf->stages[i].name, name);
+        assert_int_equal(wf->stages[i].ndeps, i == 0 ? 0 : 1);
+    }
+    assert_int_equal(wf->stages[2].deps[0], 1);
+    cnx_workflow_free(wf);
+}
+
+static void test_workflow__defaults_apply(void **state)
+{
+    cnx_workflow *wf = parse_ok(WF("w", OK_STAGE("a")));
+    const cnx_wf_stage *st = &wf->stages[0];
+    (void)state;
+    assert_int_equal(st->halo, 2);
+    assert_int_equal(st->task_size[0], 128);
+    assert_int_equal(st->task_size[2], 128);
+    assert_int_equal(st->retry_budget, 3);
+    assert_true(st->lease_s == 600.0);
+    assert_string_equal(st->parameters, "{}");
+    assert_int_equal(st->ndeps, 0);
+    assert_int_equal(st->out_type, -1);
+    assert_int_equal(st->out_dtype, -1);
+    assert_int_equal(st->out_encoding, -1);
+    cnx_workflow_free(wf);
+}
+
+static void test_workflow__order_is_stable_topological(void **state)
+{
+    /* c needs a; a and b need nothing: a (earliest ready), then c (now
+     * ready and earlier in the file than b), then b. */
+    cnx_workflow *wf = parse_ok(WF(
+        "w",
+        STAGE("c", "seg", IN_STAGE("a") OUT("c/v1")) ","
+        STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")) ","
+        STAGE("b", "seg", IN_LAYER("image") OUT("b/v1") ",\"depends_on\":[]")
+        ","
+        STAGE("d", "seg",
+              ",\"inputs\":{\"y\":{\"stage\":\"c\"},\"x\":{\"stage\":\"b\"}}"
+              OUT("d/v1") ",\"depends_on\":[\"a\"]")));
+    (void)state;
+    assert_int_equal(wf->nstages, 4);
+    assert_string_equal(wf->stages[0].name, "a");
+    assert_string_equal(wf->stages[1].name, "c");
+    assert_string_equal(wf->stages[2].name, "b");
+    assert_string_equal(wf->stages[3].name, "d");
+    assert_int_equal(wf->stages[1].file_index, 0);
+    assert_int_equal(wf->stages[1].deps[0], 0);
+    /* inputs sorted by role; effective deps = depends_on + inputs. */
+    assert_string_equal(wf->stages[3].inputs[0].role, "x");
+    assert_int_equal(wf->stages[3].inputs[0].stage, 2);
+    assert_int_equal(wf->stages[3].inputs[1].stage, 1);
+    assert_int_equal(wf->stages[3].ndeps, 3);
+    assert_int_equal(wf->stages[3].deps[0], 0);
+    assert_int_equal(wf->stages[3].deps[1], 1);
+    assert_int_equal(wf->stages[3].deps[2], 2);
+    cnx_workflow_free(wf);
+}
+
+struct refusal {
+    const char *doc;
+    const char *names;  /* must occur in the message */
+    int schema;         /* 1: the JSON Schema must refuse it too */
+};
+
+static const struct refusal refusals[] = {
+    {"[1]", "workflow: must be a JSON object", 1},
+    {"{\"schema\":", "workflow: malformed JSON", 0},
+    {"{\"schema\":\"cnx.workflow/1\",\"name\":\"w\",\"stages\":["
+     OK_STAGE("a") "],\"extra\":1}",
+     "workflow: unknown key 'extra'", 1},
+    {"{\"schema\":\"cnx.workflow/2\",\"name\":\"w\",\"stages\":["
+     OK_STAGE("a") "]}", "workflow: schema:", 1},
+    {"{\"name\":\"w\",\"stages\":[" OK_STAGE("a") "]}", "workflow: schema:",
+     1},
+    {WF("Pyramid", OK_STAGE("a")), "workflow: name:", 1},
+    {WF("p12345678901234567890123456789012345678901234567890123456789012345",
+        OK_STAGE("a")), "workflow: name:", 1},
+    {"{\"schema\":\"cnx.workflow/1\",\"name\":\"w\",\"stages\":[]}",
+     "workflow: stages:", 1},
+    {"{\"schema\":\"cnx.workflow/1\",\"name\":\"w\",\"description\":5,"
+     "\"stages\":[" OK_STAGE("a") "]}", "workflow: description:", 1},
+    {WF("w", OK_STAGE("a") ",5"), "workflow: stages[1]: must be an object",
+     1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
+                                   ",\"hallo\":2")),
+     "workflow: stages[0]: unknown key 'hallo'", 1},
+    {WF("w", OK_STAGE("a") ","
+        STAGE("b", "seg", ",\"inputs\":{\"source\":{\"layer\":\"image\","
+                          "\"scal\":\"8_8_8\"}}" OUT("b/v1"))),
+     "workflow: stages[1].inputs.source: unknown key 'scal'", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image")
+                   ",\"output\":{\"layer\":\"a/v1\",\"scale\":\"x\"}")),
+     "workflow: stages[0].output: unknown key 'scale'", 1},
+    {WF("w", STAGE("A", "seg", IN_LAYER("image") OUT("a/v1"))),
+     "workflow: stages[0].name:", 1},
+    {WF("w", STAGE("a23456789012345678901234567890123", "seg",
+                   IN_LAYER("image") OUT("a/v1"))),
+     "workflow: stages[0].name:", 1},
+    {WF("w", STAGE("a", "Down_sample", IN_LAYER("image") OUT("a/v1"))),
+     "workflow: stages[0].worker:", 1},
+    {WF("w", "{\"name\":\"a\",\"worker\":\"seg\",\"kind\":\"mapp\","
+             "\"kernel_version\":1" IN_LAYER("image") OUT("a/v1") "}"),
+     "workflow: stages[0].kind:", 1},
+    {WF("w", "{\"name\":\"a\",\"worker\":\"seg\",\"kernel_version\":1"
+             IN_LAYER("image") OUT("a/v1") "}"),
+     "workflow: stages[0].kind: missing", 1},
+    {WF("w", "{\"name\":\"a\",\"worker\":\"seg\",\"kind\":\"map\","
+             "\"kernel_version\":0" IN_LAYER("image") OUT("a/v1") "}"),
+     "workflow: stages[0].kernel_version:", 1},
+    {WF("w", "{\"name\":\"a\",\"worker\":\"seg\",\"kind\":\"map\","
+             "\"kernel_version\":1.5" IN_LAYER("image") OUT("a/v1") "}"),
+     "workflow: stages[0].kernel_version:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
+                                   ",\"halo\":257")),
+     "workflow: stages[0].halo:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
+                                   ",\"halo\":-1")),
+     "workflow: stages[0].halo:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
+                                   ",\"task_size\":[128,128]")),
+     "workflow: stages[0].task_size:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
+                                   ",\"task_size\":[0,128,128]")),
+     "workflow: stages[0].task_size[0]:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
+                                   ",\"retry_budget\":101")),
+     "workflow: stages[0].retry_budget:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
+                                   ",\"lease_s\":0")),
+     "workflow: stages[0].lease_s:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
+                                   ",\"lease_s\":\"600\"")),
+     "workflow: stages[0].lease_s:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
+                                   ",\"parameters\":[]")),
+     "workflow: stages[0].parameters:", 1},
+    {WF("w", OK_STAGE("a") "," STAGE("b", "seg", IN_LAYER("image")
+                                   OUT("b/v1") ",\"depends_on\":\"a\"")),
+     "workflow: stages[1].depends_on:", 1},
+    {WF("w", OK_STAGE("a") "," STAGE("b", "seg", IN_LAYER("image")
+                                   OUT("b/v1") ",\"depends_on\":[1]")),
+     "workflow: stages[1].depends_on[0]:", 1},
+    {WF("w", OK_STAGE("a") "," STAGE("b", "seg", IN_LAYER("image")
+                                   OUT("b/v1") ",\"depends_on\":[\"a\","
+                                               "\"a\"]")),
+     "workflow: stages[1].depends_on[1]:", 1},
+    {WF("w", STAGE("a", "seg", ",\"inputs\":{}" OUT("a/v1"))),
+     "workflow: stages[0].inputs:", 1},
+    {WF("w", STAGE("a", "seg", OUT("a/v1"))),
+     "workflow: stages[0].inputs: missing", 1},
+    {WF("w", STAGE("a", "seg", ",\"inputs\":{\"Source\":{\"layer\":\"i\"}}"
+                               OUT("a/v1"))),
+     "workflow: stages[0].inputs.Source:", 1},
+    {WF("w", STAGE("a", "seg",
+                   ",\"inputs\":{\"source\":{\"layer\":\"i\","
+                   "\"stage\":\"b\"}}" OUT("a/v1"))),
+     "workflow: stages[0].inputs.source:", 1},
+    {WF("w", STAGE("a", "seg", ",\"inputs\":{\"source\":{}}" OUT("a/v1"))),
+     "workflow: stages[0].inputs.source:", 1},
+    {WF("w", STAGE("a", "seg", ",\"inputs\":{\"source\":{\"stage\":\"b\","
+                               "\"scale\":\"x\"}}" OUT("a/v1"))),
+     "workflow: stages[0].inputs.source:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("/abs/image") OUT("a/v1"))),
+     "workflow: stages[0].inputs.source.layer:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("em/../image") OUT("a/v1"))),
+     "workflow: stages[0].inputs.source.layer:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("em//image") OUT("a/v1"))),
+     "workflow: stages[0].inputs.source.layer:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("em image") OUT("a/v1"))),
+     "workflow: stages[0].inputs.source.layer:", 1},
+    {WF("w", STAGE("a", "seg", ",\"inputs\":{\"source\":{\"layer\":\"i\","
+                               "\"scale\":\"8/8\"}}" OUT("a/v1"))),
+     "workflow: stages[0].inputs.source.scale:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image"))),
+     "workflow: stages[0].output: missing", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("pyramid"))),
+     "workflow: stages[0].output.layer: 'pyramid' is not a versioned", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("pyramid/v0"))),
+     "workflow: stages[0].output.layer:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("pyramid/V1"))),
+     "workflow: stages[0].output.layer:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("pyramid/v1/x"))),
+     "workflow: stages[0].output.layer:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("../p/v1"))),
+     "workflow: stages[0].output.layer:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image")
+                   ",\"output\":{\"layer\":\"a/v1\",\"type\":\"volume\"}")),
+     "workflow: stages[0].output.type:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image")
+                   ",\"output\":{\"layer\":\"a/v1\",\"data_type\":"
+                   "\"int8\"}")),
+     "workflow: stages[0].output.data_type:", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image")
+                   ",\"output\":{\"layer\":\"a/v1\",\"encoding\":"
+                   "\"jpeg\"}")),
+     "workflow: stages[0].output.encoding:", 1},
+    /* the graph */
+    {WF("w", OK_STAGE("ds1") "," OK_STAGE("ds1")),
+     "workflow w: stages[1].name: duplicate stage name 'ds1'", 0},
+    {WF("pyramid", OK_STAGE("ds1") ","
+        STAGE("ds2", "seg", IN_LAYER("image") OUT("ds2/v1")
+                                ",\"depends_on\":[\"ds0\"]")),
+     "workflow pyramid: stage ds2 depends on unknown stage 'ds0'", 0},
+    {WF("pyramid", OK_STAGE("ds1") ","
+        STAGE("ds2", "seg", IN_STAGE("ds0") OUT("ds2/v1"))),
+     "workflow pyramid: stage ds2 depends on unknown stage 'ds0'", 0},
+    {WF("w", STAGE("ds1", "seg", IN_STAGE("ds2") OUT("ds1/v1")) ","
+             STAGE("ds2", "seg", IN_STAGE("ds1") OUT("ds2/v1"))),
+     "workflow w: cycle ds1 -> ds2 -> ds1", 0},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
+                                   ",\"depends_on\":[\"c\"]") ","
+             STAGE("b", "seg", IN_STAGE("a") OUT("b/v1")) ","
+             STAGE("c", "seg", IN_STAGE("b") OUT("c/v1")) ","
+             OK_STAGE("z")),
+     "workflow w: cycle a -> b -> c -> a", 0},
+    {WF("w", OK_STAGE("z") "," STAGE("b", "seg", IN_STAGE("c") OUT("b/v1"))
+             "," STAGE("c", "seg", IN_STAGE("b") OUT("c/v1")
+                                       ",\"depends_on\":[\"z\"]")),
+     "workflow w: cycle b -> c -> b", 0},
+    {WF("w", STAGE("a", "seg", IN_STAGE("a") OUT("a/v1"))),
+     "workflow w: cycle a -> a", 0},
+    {WF("w", OK_STAGE("ds1") "," STAGE("ds2", "seg", IN_LAYER("ds1/v1")
+                                           OUT("ds2/v1"))),
+     "workflow w: stage ds1: output layer 'ds1/v1' is also an external "
+     "input (stage ds2, input source)", 0},
+    {WF("w", STAGE("a", "seg", IN_LAYER("a/v1") OUT("a/v1"))),
+     "workflow w: stage a: output layer 'a/v1' is also an external input",
+     0},
+};
+
+static void test_workflow__refusals_name_the_problem(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
+        cnx_workflow *wf = (cnx_workflow *)0x1;
+        int rc = cnx_workflow_parse(&wf, refusals[i].doc,
+                                    strlen(refusals[i].doc));
+        const char *msg = cnx_error_last()->message;
+        if (rc != CNX_ESCHEMA || strstr(msg, refusals[i].names) == NULL)
+            fail_msg("case %zu: rc %d, message '%s', wanted '%s'\n%s", i, rc,
+                     msg, refusals[i].names, refusals[i].doc);
+        assert_null(wf);
+        assert_null(strchr(msg, '\n'));
+    }
+}
+
+/* The schema accepts the shipped files and refuses the field-level cases. */
+static void test_workflow__schema_agrees(void **state)
+{
+    const char *py = getenv("CNX_PYTHON") ? getenv("CNX_PYTHON") : "python3";
+    char dir[64], path[128], cmd[1024];
+    FILE *f;
+    int rc;
+    (void)state;
+    snprintf(cmd, sizeof(cmd), "%s -c 'import jsonschema' 2>/dev/null", py);
+    if (system(cmd) != 0)
+        skip();
+    cnx_test_tmpdir(dir);
+    snprintf(path, sizeof(path), "%s/invalid.jsonl", dir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++)
+        if (refusals[i].schema)
+            fprintf(f, "%s\n", refusals[i].doc);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/valid.jsonl", dir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n", WF("w", OK_STAGE("a")));
+    fclose(f);
+    snprintf(cmd, sizeof(cmd),
+             "%s %s/tests/unit/workflow/schema_check.py %s/schemas/"
+             "workflow.schema.json %s/valid.jsonl %s/invalid.jsonl "
+             "%s/workflows/pyramid.json %s/workflows/pyramid3.json",
+             py, source_dir(), source_dir(), dir, dir, source_dir(),
+             source_dir());
+    rc = system(cmd);
+    cnx_test_rmtree(dir);
+    assert_int_equal(rc, 0);
+}
+
+/* ---- geometry helpers (independent of the planner) ----------------------- */
+
+static cnx_plan_external ext_geom(cnx_dtype dtype, const int64_t size[3],
+                                  double res, const int64_t chunk[3],
+                                  const int64_t off[3])
+{
+    cnx_plan_external e;
+    memset(&e, 0, sizeof(e));
+    e.type = CNX_LAYER_IMAGE;
+    e.dtype = dtype;
+    e.channels = 1;
+    snprintf(e.scale.key, sizeof(e.scale.key), "%g_%g_%g", res, res, res);
+    for (int i = 0; i < 3; i++) {
+        e.scale.size[i] = size[i];
+        e.scale.resolution[i] = res;
+        e.scale.voxel_offset[i] = off ? off[i] : 0;
+        e.scale.chunk[i] = chunk[i];
+        e.scale.cseg_block[i] = 8;
+    }
+    e.scale.encoding = CNX_ENC_RAW;
+    return e;
+}
+
+static void make_layer(const char *url, const int64_t size[3], double res,
+                       const int64_t chunk[3], const int64_t off[3])
+{
+    const double r[3] = {res, res, res};
+    cnx_layer_info info;
+    cnx_layer *layer = NULL;
+    cnx_info_init(&info, CNX_LAYER_IMAGE, CNX_DT_UINT8, size, r, chunk);
+    for (int i = 0; off != NULL && i < 3; i++)
+        info.scales[0].voxel_offset[i] = off[i];
+    if (cnx_layer_create(&layer, url, &info) != 0)
+        fail_msg("%s", cnx_error_last()->message);
+    cnx_layer_free(layer);
+}
+
+static int meets(const cnx_box *a, const cnx_box *b)
+{
+    for (int i = 0; i < 3; i++) {
+        int64_t lo = a->min[i] > b->min[i] ? a->min[i] : b->min[i];
+        int64_t hi = a->max[i] < b->max[i] ? a->max[i] : b->max[i];
+        if (hi <= lo)
+            return 0;
+    }
+    return 1;
+}
+
+static int64_t overlap(const cnx_box *a, const cnx_box *b)
+{
+    int64_t v = 1;
+    for (int i = 0; i < 3; i++) {
+        int64_t lo = a->min[i] > b->min[i] ? a->min[i] : b->min[i];
+        int64_t hi = a->max[i] < b->max[i] ? a->max[i] : b->max[i];
+        if (hi <= lo)
+            return 0;
+        v *= hi - lo;
+    }
+    return v;
+}
+
+/* roi grown by h, clipped to the scale: the box a task reads. */
+static cnx_box reads(const cnx_box *roi, int64_t h, const cnx_scale *sc)
+{
+    cnx_box r;
+    for (int i = 0; i < 3; i++) {
+        int64_t lo = sc->voxel_offset[i], hi = lo + sc->size[i];
+        r.min[i] = roi->min[i] - h < lo ? lo : roi->min[i] - h;
+        r.max[i] = roi->max[i] + h > hi ? hi : roi->max[i] + h;
+    }
+    return r;
+}
+
+/* Does task t wait for task s? (The spec's rule, pair by pair.) */
+static int waits_for(const cnx_plan *p, size_t t, size_t s)
+{
+    size_t d = p->tasks[t].stage, src = p->tasks[s].stage;
+    const cnx_wf_stage *st = &p->wf->stages[d];
+    int dep = 0, input = 0;
+    cnx_box r;
+    for (size_t k = 0; k < st->ndeps; k++)
+        dep |= (size_t)st->deps[k] == src;
+    for (size_t k = 0; k < st->ninputs; k++)
+        input |= st->inputs[k].stage == (int)src;
+    if (!dep)
+        return 0;
+    if (st->kind == CNX_WF_REDUCE || !input)
+        return 1;
+    r = reads(&p->tasks[t].roi, st->halo, &p->stages[d].in_scale);
+    return meets(&p->tasks[s].write, &r);
+}
+
+/* Everything about dependencies, against the brute-force reference. */
+static void check_dependencies(const cnx_plan *p)
+{
+    size_t n = p->ntasks;
+    size_t *want = calloc(n + 1, sizeof(*want));
+    assert_non_null(want);
+    for (size_t t = 0; t < n; t++) {
+        size_t *ids, nids, nw = 0;
+        const cnx_plan_task *task = &p->tasks[t];
+        const cnx_wf_stage *st = &p->wf->stages[task->stage];
+        /* inputs */
+        for (size_t s = 0; s < n; s++)
+            if (waits_for(p, t, s))
+                want[nw++] = s;
+        assert_int_equal(cnx_plan_inputs(p, t, &ids, &nids), 0);
+        if (nids != nw)
+            fail_msg("task %zu (stage %u): %zu inputs, brute force %zu", t,
+                     task->stage, nids, nw);
+        for (size_t k = 0; k < nw; k++)
+            assert_int_equal(ids[k], want[k]);
+        assert_int_equal(task->ndeps, nw);
+        /* coverage: what t reads of a producing stage is all written */
+        if (st->kind == CNX_WF_MAP) {
+            for (size_t k = 0; k < st->ninputs; k++) {
+                int src = st->inputs[k].stage;
+                cnx_box r = reads(&task->roi, st->halo,
+                                  &p->stages[task->stage].in_scale);
+                int64_t got = 0;
+                if (src < 0)
+                    continue;
+                for (size_t j = 0; j < nids; j++)
+                    if (p->tasks[ids[j]].stage == (uint32_t)src)
+                        got += overlap(&p->tasks[ids[j]].write, &r);
+                assert_int_equal(got, cnx_box_voxels(&r));
+            }
+        }
+        free(ids);
+        /* dependents */
+        nw = 0;
+        for (size_t d = 0; d < n; d++)
+            if (waits_for(p, d, t))
+                want[nw++] = d;
+        assert_int_equal(cnx_plan_dependents(p, t, &ids, &nids), 0);
+        assert_int_equal(nids, nw);
+        for (size_t k = 0; k < nw; k++)
+            assert_int_equal(ids[k], want[k]);
+        free(ids);
+        assert_int_equal(cnx_plan_find(p, task->stage, &task->roi),
+                         (ssize_t)t);
+    }
+    free(want);
+}
+
+/* A stage's tasks: within its region, disjoint, covering it. */
+static void check_tiling(const cnx_plan *p)
+{
+    for (size_t s = 0; s < p->nstages; s++) {
+        const cnx_plan_stage *ps = &p->stages[s];
+        int64_t sum = 0;
+        for (size_t k = ps->first; k < ps->first + ps->count; k++) {
+            assert_int_equal(p->tasks[k].stage, s);
+            assert_true(cnx_box_contains(&ps->region, &p->tasks[k].roi));
+            sum += cnx_box_voxels(&p->tasks[k].roi);
+            for (size_t j = ps->first; j < k; j++)
+                assert_false(meets(&p->tasks[j].roi, &p->tasks[k].roi));
+        }
+        assert_int_equal(sum, cnx_box_voxels(&ps->region));
+    }
+}
+
+/* ---- plans on a real dataset --------------------------------------------- */
+
+static void dataset_in(const char *dir, char *url, size_t n)
+{
+    snprintf(url, n, "file://%s/data", dir);
+}
+
+static void test_workflow__pyramid_on_a_real_layer(void **state)
+{
+    const int64_t size[3] = {512, 512, 256}, chunk[3] = {128, 128, 128};
+    char dir[64], data[160], url[256];
+    cnx_workflow *wf = load_file("workflows/pyramid.json");
+    cnx_plan *p = NULL;
+    (void)state;
+    cnx_test_tmpdir(dir);
+    dataset_in(dir, data, sizeof(data));
+    snprintf(url, sizeof(url), "%s/image", data);
+    make_layer(url, size, 8, chunk, NULL);
+    if (cnx_plan_new(&p, wf, data, NULL) != 0)
+        fail_msg("%s", cnx_error_last()->message);
+    assert_int_equal(p->nstages, 2);
+    assert_int_equal(p->stages[0].count, 32);
+    assert_int_equal(p->stages[1].count, 4);
+    assert_int_equal(p->ntasks, 36);
+    assert_string_equal(p->stages[0].in_layer, url);
+    assert_string_equal(p->stages[0].in_scale.key, "8_8_8");
+    assert_string_equal(p->stages[0].out_scale.key, "16_16_16");
+    assert_string_equal(p->stages[1].in_scale.key, "16_16_16");
+    assert_string_equal(p->stages[1].out_scale.key, "32_32_32");
+    assert_int_equal(p->stages[1].in_scale.chunk[0], 64);
+    assert_int_equal(p->stages[1].in_scale.size[2], 128);
+    snprintf(url, sizeof(url), "%s/pyramid/v1", data);
+    assert_string_equal(p->stages[0].out_layer, url);
+    assert_string_equal(p->stages[1].in_layer, url);
+    for (size_t t = 0; t < 32; t++)
+        assert_int_equal(p->tasks[t].ndeps, 0);
+    for (size_t t = 32; t < 36; t++)
+        assert_int_equal(p->tasks[t].ndeps, 8);
+    /* ds1 task 0 writes 0-64^3 of 16 nm; ds2's last task is 128-256^2 x
+     * 0-128 of 16 nm */
+    assert_true(cnx_box_equal(&p->tasks[0].write,
+                              &(cnx_box){{0, 0, 0}, {64, 64, 64}}));
+    assert_true(cnx_box_equal(&p->tasks[35].roi,
+                              &(cnx_box){{128, 128, 0}, {256, 256, 128}}));
+    assert_int_equal(p->nnotes, 0);
+    check_dependencies(p);
+    check_tiling(p);
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+    cnx_test_rmtree(dir);
+}
+
+static void test_workflow__missing_layer_or_scale_is_refused(void **state)
+{
+    const int64_t size[3] = {64, 64, 64}, chunk[3] = {64, 64, 64};
+    char dir[64], data[160], url[256];
+    cnx_workflow *wf = load_file("workflows/pyramid.json"), *wf2;
+    cnx_plan *p = (cnx_plan *)0x1;
+    const char *msg = cnx_error_last()->message;
+    (void)state;
+    cnx_test_tmpdir(dir);
+    dataset_in(dir, data, sizeof(data));
+    assert_int_equal(cnx_plan_new(&p, wf, data, NULL), CNX_ESCHEMA);
+    assert_null(p);
+    if (strstr(msg, "workflow pyramid: stage ds1: input source: layer "
+                    "'image' not found in file:///") == NULL ||
+        strstr(msg, "/data (") == NULL)
+        fail_msg("%s", msg);
+    snprintf(url, sizeof(url), "%s/image", data);
+    make_layer(url, size, 8, chunk, NULL);
+    wf2 = parse_ok(WF("w", STAGE("a", "seg",
+                                 ",\"inputs\":{\"source\":{\"layer\":"
+                                 "\"image\",\"scale\":\"4_4_4\"}}"
+                                 OUT("a/v1"))));
+    assert_int_equal(cnx_plan_new(&p, wf2, data, NULL), CNX_ESCHEMA);
+    if (strstr(msg, "stage a: input source: layer 'image'") == NULL ||
+        strstr(msg, "has no scale '4_4_4' (it has 8_8_8)") == NULL)
+        fail_msg("%s", msg);
+    cnx_workflow_free(wf2);
+    cnx_workflow_free(wf);
+    cnx_test_rmtree(dir);
+}
+
+static void expect_box(const cnx_box *got, int64_t x0, int64_t y0, int64_t z0,
+                       int64_t x1, int64_t y1, int64_t z1)
+{
+    cnx_box want = {{x0, y0, z0}, {x1, y1, z1}};
+    if (!cnx_box_equal(got, &want))
+        fail_msg("box %" PRId64 ",%" PRId64 ",%" PRId64 "-%" PRId64
+                 ",%" PRId64 ",%" PRId64 ", wanted %" PRId64 ",%" PRId64
+                 ",%" PRId64 "-%" PRId64 ",%" PRId64 ",%" PRId64,
+                 got->min[0], got->min[1], got->min[2], got->max[0],
+                 got->max[1], got->max[2], x0, y0, z0, x1, y1, z1);
+}
+
+static cnx_plan *plan_with(const cnx_workflow *wf, const cnx_box *roi,
+                           const cnx_plan_external *ext, size_t next)
+{
+    cnx_plan *p = NULL;
+    if (cnx_plan_new_with(&p, wf, "file:///nowhere/data/", roi, ext, next) !=
+        0)
+        fail_msg("%s", cnx_error_last()->message);
+    return p;
+}
+
+static void test_workflow__unaligned_roi_is_widened(void **state)
+{
+    const int64_t size[3] = {512, 512, 256}, chunk[3] = {128, 128, 128};
+    const cnx_box roi = {{10, 10, 10}, {300, 300, 200}};
+    cnx_plan_external ext = ext_geom(CNX_DT_UINT8, size, 8, chunk, NULL);
+    cnx_workflow *wf = load_file("workflows/pyramid.json");
+    cnx_plan *p = plan_with(wf, &roi, &ext, 1);
+    (void)state;
+    /* ds2 (16 nm, chunks of 64): roi 5,5,5-150,150,100 -> whole chunks
+     * 0-192, 0-192, 0-128; tasks of 128: [0,128) [128,192) in x and y. */
+    expect_box(&p->stages[1].roi, 5, 5, 5, 150, 150, 100);
+    expect_box(&p->stages[1].region, 0, 0, 0, 192, 192, 128);
+    assert_int_equal(p->stages[1].count, 4);
+    expect_box(&p->tasks[p->stages[1].first + 3].roi, 128, 128, 0, 192, 192,
+               128);
+    /* ds1: whole chunks of 128 around the roi; covers ds2's 0-384. */
+    expect_box(&p->stages[0].region, 0, 0, 0, 384, 384, 256);
+    assert_int_equal(p->stages[0].count, 18);
+    assert_int_equal(p->nnotes, 2);
+    assert_string_equal(p->notes[0], "ds2: region 5,5,5-150,150,100 widened "
+                                     "to 0,0,0-192,192,128 (whole chunks of "
+                                     "64,64,64)");
+    assert_string_equal(p->notes[1], "ds1: region 10,10,10-300,300,200 "
+                                     "widened to 0,0,0-384,384,256 (whole "
+                                     "chunks of 128,128,128)");
+    check_dependencies(p);
+    check_tiling(p);
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+
+    /* With a halo of 2 in ds2, ds1 must also write 384-388 (x, y): whole
+     * chunks make that 0-512. z stays 0-256 (ds2's 128 is its bound). */
+    wf = parse_ok(WF(
+        "pyramid",
+        STAGE("ds1", "downsample", IN_LAYER("image") OUT("pyramid/v1")
+                                       ",\"halo\":0") ","
+        STAGE("ds2", "downsample", IN_STAGE("ds1") OUT("pyramid/v1")
+                                       ",\"halo\":2")));
+    p = plan_with(wf, &roi, &ext, 1);
+    expect_box(&p->stages[1].region, 0, 0, 0, 192, 192, 128);
+    expect_box(&p->stages[0].region, 0, 0, 0, 512, 512, 256);
+    assert_int_equal(p->stages[0].count, 32);
+    assert_string_equal(p->notes[1], "ds1: region 10,10,10-300,300,200 "
+                                     "widened to 0,0,0-512,512,256 (whole "
+                                     "chunks of 128,128,128 and the halo 2 "
+                                     "that ds2 needs)");
+    check_dependencies(p);
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+
+    /* Same-geometry workers: agg reads seg with a halo of 4. agg: whole
+     * chunks 0-384 x 0-384 x 0-256; seg must cover 0-388 -> 0-512. */
+    wf = parse_ok(WF(
+        "w",
+        STAGE("seg", "segment", IN_LAYER("image")
+              ",\"output\":{\"layer\":\"seg/v1\",\"type\":\"segmentation\","
+              "\"data_type\":\"uint32\"},\"halo\":1") ","
+        STAGE("agg", "agglomerate", IN_STAGE("seg") OUT("agg/v1")
+                                        ",\"halo\":4")));
+    p = plan_with(wf, &roi, &ext, 1);
+    expect_box(&p->stages[1].region, 0, 0, 0, 384, 384, 256);
+    expect_box(&p->stages[0].region, 0, 0, 0, 512, 512, 256);
+    assert_string_equal(p->stages[0].out_scale.key, "8_8_8");
+    assert_int_equal(p->stages[0].out_type, CNX_LAYER_SEGMENTATION);
+    assert_int_equal(p->stages[1].out_dtype, CNX_DT_UINT32);
+    assert_string_equal(p->notes[1], "seg: region 10,10,10-300,300,200 "
+                                     "widened to 0,0,0-512,512,256 (whole "
+                                     "chunks of 128,128,128 and the halo 4 "
+                                     "that agg needs)");
+    check_dependencies(p);
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+}
+
+struct geometry {
+    int64_t size[3], chunk[3], off[3];
+    double res;
+};
+
+static const struct geometry geometries[] = {
+    {{300, 200, 77}, {64, 32, 16}, {64, -32, 16}, 8},
+    {{257, 129, 65}, {32, 32, 32}, {0, 0, 0}, 8},
+    {{100, 380, 90}, {16, 64, 8}, {-48, 16, 200}, 8},
+};
+
+static const char *const dep_workflows[] = {
+    /* downsampling chain, odd task sizes, a halo in the middle */
+    WF("chain",
+       STAGE("ds1", "downsample", IN_LAYER("image") OUT("p/v1")
+             ",\"halo\":0,\"task_size\":[200,70,40]") ","
+       STAGE("ds2", "downsample", IN_STAGE("ds1") OUT("p/v1")
+             ",\"halo\":2,\"task_size\":[64,100,33]") ","
+       STAGE("ds3", "downsample", IN_STAGE("ds2") OUT("p/v1")
+             ",\"halo\":0,\"task_size\":[1,1,1]")),
+    /* same-geometry stages: two inputs, a plain dependency, a reduce */
+    WF("mixed",
+       STAGE("seg", "segment", IN_LAYER("image") OUT("seg/v1")
+             ",\"halo\":2,\"task_size\":[96,64,50]") ","
+       STAGE("agg", "agglomerate",
+             ",\"inputs\":{\"labels\":{\"stage\":\"seg\"},"
+             "\"image\":{\"layer\":\"image\"}}" OUT("agg/v1")
+             ",\"halo\":3,\"task_size\":[64,128,32]") ","
+       STAGE("ds", "downsample", IN_STAGE("agg") OUT("agg/v2")
+             ",\"halo\":0,\"depends_on\":[\"seg\"]") ","
+       "{\"name\":\"stats\",\"worker\":\"stats\",\"kind\":\"reduce\","
+       "\"kernel_version\":1" IN_STAGE("ds") OUT("stats/v1") "}" ","
+       STAGE("mesh", "mesh", IN_STAGE("agg") OUT("mesh/v1")
+             ",\"halo\":1,\"depends_on\":[\"stats\"]")),
+};
+
+static void test_workflow__dependencies_match_brute_force(void **state)
+{
+    (void)state;
+    for (size_t w = 0; w < sizeof(dep_workflows) / sizeof(*dep_workflows);
+         w++) {
+        cnx_workflow *wf = parse_ok(dep_workflows[w]);
+        for (size_t g = 0; g < sizeof(geometries) / sizeof(*geometries);
+             g++) {
+            const struct geometry *geo = &geometries[g];
+            cnx_plan_external ext[2];
+            size_t next = cnx_plan_externals(wf, NULL, 0);
+            cnx_box roi = {{geo->off[0] + 33, geo->off[1] + 20,
+                            geo->off[2] + 5},
+                           {geo->off[0] + geo->size[0] - 40,
+                            geo->off[1] + geo->size[1] - 7,
+                            geo->off[2] + geo->size[2] - 1}};
+            cnx_plan *p;
+            assert_true(next <= 2);
+            for (size_t e = 0; e < next; e++)
+                ext[e] = ext_geom(CNX_DT_UINT32, geo->size, geo->res,
+                                  geo->chunk, geo->off);
+            p = plan_with(wf, &roi, ext, next);
+            check_dependencies(p);
+            check_tiling(p);
+            cnx_plan_free(p);
+            p = plan_with(wf, NULL, ext, next);
+            check_dependencies(p);
+            check_tiling(p);
+            cnx_plan_free(p);
+        }
+        cnx_workflow_free(wf);
+    }
+}
+
+static void test_workflow__anisotropic_and_offset_real_layer(void **state)
+{
+    const int64_t size[3] = {300, 260, 37}, chunk[3] = {64, 64, 8};
+    const int64_t off[3] = {128, 64, 10};
+    const double r[3] = {4, 4, 40};
+    char dir[64], data[160], url[256];
+    cnx_workflow *wf = load_file("workflows/pyramid3.json");
+    cnx_layer_info info;
+    cnx_layer *layer = NULL;
+    cnx_plan *p = NULL;
+    (void)state;
+    cnx_test_tmpdir(dir);
+    dataset_in(dir, data, sizeof(data));
+    snprintf(url, sizeof(url), "%s/image", data);
+    cnx_info_init(&info, CNX_LAYER_IMAGE, CNX_DT_UINT8, size, r, chunk);
+    memcpy(info.scales[0].voxel_offset, off, sizeof(off));
+    assert_int_equal(cnx_layer_create(&layer, url, &info), 0);
+    cnx_layer_free(layer);
+    if (cnx_plan_new(&p, wf, data,
+                     &(cnx_box){{130, 70, 11}, {400, 300, 40}}) != 0)
+        fail_msg("%s", cnx_error_last()->message);
+    /* 4,4,40 halves x and y only */
+    assert_string_equal(p->stages[0].out_scale.key, "8_8_40");
+    assert_string_equal(p->stages[2].out_scale.key, "32_32_40");
+    assert_int_equal(p->stages[0].factor[2], 1);
+    assert_int_equal(p->stages[1].in_scale.voxel_offset[0], 64);
+    check_dependencies(p);
+    check_tiling(p);
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+    cnx_test_rmtree(dir);
+}
+
+static void test_workflow__plan_time_refusals(void **state)
+{
+    const int64_t size[3] = {256, 256, 128}, chunk[3] = {64, 64, 64};
+    const int64_t half[3] = {128, 128, 64}, odd[3] = {1, 0, 0};
+    cnx_plan_external ext[2];
+    cnx_workflow *wf;
+    cnx_plan *p = NULL;
+    const char *msg = cnx_error_last()->message;
+    (void)state;
+
+    /* two stages writing one layer at one scale */
+    wf = parse_ok(WF("w", OK_STAGE("a") ","
+                     STAGE("b", "seg", IN_LAYER("image") OUT("a/v1"))));
+    ext[0] = ext[1] = ext_geom(CNX_DT_UINT8, size, 8, chunk, NULL);
+    assert_int_equal(cnx_plan_new_with(&p, wf, "file:///d", NULL, ext, 2),
+                     CNX_ESCHEMA);
+    assert_non_null(strstr(msg, "workflow w: stages a and b both write "
+                                "layer 'a/v1' at scale '8_8_8'"));
+    cnx_workflow_free(wf);
+
+    /* a map stage whose inputs have different resolutions */
+    wf = parse_ok(WF("w", STAGE("seg", "segment",
+                                ",\"inputs\":{\"image\":{\"layer\":\"em\"},"
+                                "\"mask\":{\"layer\":\"mask\"}}"
+                                OUT("seg/v1"))));
+    ext[0] = ext_geom(CNX_DT_UINT8, size, 8, chunk, NULL);
+    ext[1] = ext_geom(CNX_DT_UINT8, half, 16, chunk, NULL);
+    assert_int_equal(cnx_plan_new_with(&p, wf, "file:///d", NULL, ext, 2),
+                     CNX_ESCHEMA);
+    if (strstr(msg, "workflow w: stage seg: inputs image and mask have "
+                    "different grids") == NULL)
+        fail_msg("%s", msg);
+    /* ... which a reduce stage may have */
+    cnx_workflow_free(wf);
+    wf = parse_ok(WF("w", "{\"name\":\"seg\",\"worker\":\"stats\",\"kind\":"
+                          "\"reduce\",\"kernel_version\":1,\"inputs\":{"
+                          "\"image\":{\"layer\":\"em\"},\"mask\":{\"layer\":"
+                          "\"mask\"}}" OUT("seg/v1") "}"));
+    p = plan_with(wf, NULL, ext, 2);
+    assert_int_equal(p->ntasks, 1);
+    cnx_plan_free(p);
+    /* wrong number of externals */
+    assert_int_equal(cnx_plan_new_with(&p, wf, "file:///d", NULL, ext, 1),
+                     CNX_EINVAL);
+    cnx_workflow_free(wf);
+
+    /* downsampling from an odd voxel offset cannot start on even voxels */
+    wf = load_file("workflows/pyramid.json");
+    ext[0] = ext_geom(CNX_DT_UINT8, size, 8, chunk, odd);
+    assert_int_equal(cnx_plan_new_with(&p, wf, "file:///d", NULL, ext, 1),
+                     CNX_ESCHEMA);
+    assert_non_null(strstr(msg, "stage ds1: downsampling scale '8_8_8'"));
+    /* an roi outside the data */
+    ext[0] = ext_geom(CNX_DT_UINT8, size, 8, chunk, NULL);
+    assert_int_equal(cnx_plan_new_with(&p, wf, "file:///d",
+                                       &(cnx_box){{300, 0, 0}, {400, 9, 9}},
+                                       ext, 1),
+                     CNX_EINVAL);
+    assert_int_equal(cnx_plan_new_with(&p, wf, "file:///d",
+                                       &(cnx_box){{0, 0, 0}, {0, 9, 9}}, ext,
+                                       1),
+                     CNX_EINVAL);
+    cnx_workflow_free(wf);
+
+    /* compressed_segmentation of uint8 */
+    wf = parse_ok(WF("w", STAGE("a", "seg", IN_LAYER("image")
+                                ",\"output\":{\"layer\":\"a/v1\","
+                                "\"encoding\":\"compressed_segmentation\"}")));
+    assert_int_equal(cnx_plan_new_with(&p, wf, "file:///d", NULL, ext, 1),
+                     CNX_ESCHEMA);
+    assert_non_null(strstr(msg, "stage a: output.encoding"));
+    cnx_workflow_free(wf);
+    /* the downsample worker cannot change the data type */
+    wf = parse_ok(WF("w", STAGE("a", "downsample", IN_LAYER("image")
+                                ",\"output\":{\"layer\":\"a/v1\","
+                                "\"data_type\":\"uint16\"}")));
+    assert_int_equal(cnx_plan_new_with(&p, wf, "file:///d", NULL, ext, 1),
+                     CNX_ESCHEMA);
+    assert_non_null(strstr(msg, "stage a: output: the downsample worker"));
+    cnx_workflow_free(wf);
+}
+
+static int same_plan(const cnx_plan *a, const cnx_plan *b)
+{
+    if (a->ntasks != b->ntasks || a->nstages != b->nstages ||
+        a->nnotes != b->nnotes)
+        return 0;
+    if (memcmp(a->stages, b->stages, a->nstages * sizeof(*a->stages)) != 0 ||
+        memcmp(a->tasks, b->tasks, a->ntasks * sizeof(*a->tasks)) != 0)
+        return 0;
+    for (size_t i = 0; i < a->nnotes; i++)
+        if (strcmp(a->notes[i], b->notes[i]) != 0)
+            return 0;
+    return 1;
+}
+
+static void test_workflow__plans_are_deterministic(void **state)
+{
+    const int64_t size[3] = {300, 200, 77}, chunk[3] = {64, 32, 16};
+    const int64_t off[3] = {64, -32, 16};
+    const cnx_box roi = {{70, -20, 20}, {300, 100, 60}};
+    char dir[64], data[160], url[256], *json = NULL;
+    cnx_workflow *wf = parse_ok(dep_workflows[0]);
+    cnx_plan_external *ext = NULL, *back = NULL;
+    size_t next = 0, nback = 0;
+    cnx_plan *a = NULL, *b = NULL, *c;
+    (void)state;
+    cnx_test_tmpdir(dir);
+    dataset_in(dir, data, sizeof(data));
+    snprintf(url, sizeof(url), "%s/image", data);
+    make_layer(url, size, 8, chunk, off);
+    assert_int_equal(cnx_plan_new(&a, wf, data, &roi), 0);
+    assert_int_equal(cnx_plan_new(&b, wf, data, &roi), 0);
+    assert_true(same_plan(a, b));
+    /* the logged geometry re-plans to the same plan, storage untouched */
+    assert_int_equal(cnx_plan_read_externals(&ext, &next, wf, data), 0);
+    assert_int_equal(next, 1);
+    assert_int_equal(cnx_plan_externals_to_json(ext, next, &json), 0);
+    assert_int_equal(
+        cnx_plan_externals_from_json(&back, &nback, json, strlen(json)), 0);
+    assert_int_equal(nback, 1);
+    assert_memory_equal(back, ext, sizeof(*ext));
+    cnx_test_rmtree(dir);
+    c = plan_with(wf, &roi, back, nback); /* another dataset URL */
+    assert_int_equal(c->ntasks, a->ntasks);
+    assert_memory_equal(c->tasks, a->tasks, a->ntasks * sizeof(*a->tasks));
+    for (size_t s = 0; s < a->nstages; s++) {
+        assert_memory_equal(&c->stages[s].region, &a->stages[s].region,
+                            sizeof(cnx_box));
+        assert_memory_equal(&c->stages[s].out_scale, &a->stages[s].out_scale,
+                            sizeof(cnx_scale));
+    }
+    cnx_plan_free(c);
+    free(json);
+    free(ext);
+    free(back);
+    cnx_plan_free(a);
+    cnx_plan_free(b);
+    cnx_workflow_free(wf);
+}
+
+/* ---- task messages ------------------------------------------------------- */
+
+struct lookups {
+    int calls;
+    int fail_at; /* 0: never */
+};
+
+static int fake_lookup(void *ctx, const char *role, const char *layer_url,
+                       const char *object, char digest[CNX_DIGEST_LEN])
+{
+    struct lookups *l = ctx;
+    char text[2048];
+    if (++l->calls == l->fail_at)
+        return cnx_error_set(CNX_ENOTFOUND, 0, "no manifest entry for %s",
+                             object);
+    snprintf(text, sizeof(text), "%s|%s|%s", role, layer_url, object);
+    cnx_digest(text, strlen(text), digest);
+    return 0;
+}
+
+static void check_task_message(const cnx_plan *p, size_t t)
+{
+    const cnx_plan_task *task = &p->tasks[t];
+    const cnx_plan_stage *ps = &p->stages[task->stage];
+    const cnx_wf_stage *st = &p->wf->stages[task->stage];
+    struct lookups l = {0, 0};
+    cnx_task *msg = NULL;
+    char *json = NULL;
+    size_t want = 0;
+
+    assert_int_equal(cnx_plan_task_json(p, t, "req-1", "2030-01-02T03:04:05Z",
+                                        1, fake_lookup, &l, &json),
+                     0);
+    assert_int_equal(cnx_task_parse(&msg, json, strlen(json)), 0);
+    assert_string_equal(msg->stage, st->worker);
+    assert_string_equal(msg->request, "req-1");
+    assert_int_equal(msg->urgent, 1);
+    assert_int_equal(msg->halo, st->halo);
+    assert_int_equal(msg->kernel_version, st->kernel_version);
+    assert_int_equal(msg->retry_budget, st->retry_budget);
+    assert_string_equal(msg->parameters, st->parameters);
+    assert_true(cnx_box_equal(&msg->roi, &task->roi));
+    assert_string_equal(msg->output_layer, ps->out_layer);
+    assert_string_equal(msg->output_scale, ps->out_scale.key);
+    assert_int_equal(msg->ninputs, st->ninputs);
+    for (size_t k = 0; k < st->ninputs; k++) {
+        const cnx_task_input *in = cnx_task_input_get(msg, st->inputs[k].role);
+        const cnx_scale *sc = &ps->inputs[k].scale;
+        cnx_box r = reads(&task->roi, st->halo, sc);
+        size_t n = 0;
+        assert_non_null(in);
+        assert_string_equal(in->layer, ps->inputs[k].layer);
+        assert_string_equal(in->scale, sc->key);
+        /* every chunk of the grid, kept if it meets the read box */
+        for (int64_t z = sc->voxel_offset[2];
+             z < sc->voxel_offset[2] + sc->size[2]; z += sc->chunk[2]) {
+            for (int64_t y = sc->voxel_offset[1];
+                 y < sc->voxel_offset[1] + sc->size[1]; y += sc->chunk[1]) {
+                for (int64_t x = sc->voxel_offset[0];
+                     x < sc->voxel_offset[0] + sc->size[0];
+                     x += sc->chunk[0]) {
+                    cnx_box cb = {{x, y, z},
+                                  {x + sc->chunk[0], y + sc->chunk[1],
+                                   z + sc->chunk[2]}};
+                    char name[256], text[2048], d[CNX_DIGEST_LEN];
+                    for (int i = 0; i < 3; i++) {
+                        int64_t end = sc->voxel_offset[i] + sc->size[i];
+                        if (cb.max[i] > end)
+                            cb.max[i] = end;
+                    }
+                    if (!meets(&cb, &r))
+                        continue;
+                    snprintf(name, sizeof(name),
+                             "%s/%" PRId64 "-%" PRId64 "_%" PRId64 "-%" PRId64
+                             "_%" PRId64 "-%" PRId64,
+                             sc->key, cb.min[0], cb.max[0], cb.min[1],
+                             cb.max[1], cb.min[2], cb.max[2]);
+                    snprintf(text, sizeof(text), "%s|%s|%s", in->role,
+                             in->layer, name);
+                    cnx_digest(text, strlen(text), d);
+                    assert_non_null(cnx_task_expected(msg, in->role, name));
+                    assert_string_equal(
+                        cnx_task_expected(msg, in->role, name), d);
+                    n++;
+                }
+            }
+        }
+        assert_int_equal(in->nobjects, n);
+        want += n;
+    }
+    assert_int_equal((size_t)l.calls, want);
+    cnx_task_free(msg);
+    free(json);
+}
+
+static void test_workflow__task_messages_list_exactly_the_chunks(void **state)
+{
+    const int64_t size[3] = {300, 200, 77}, chunk[3] = {64, 32, 16};
+    const int64_t off[3] = {64, -32, 16};
+    cnx_plan_external ext[1];
+    struct lookups l = {0, 3};
+    char *json = (char *)0x1;
+    (void)state;
+    ext[0] = ext_geom(CNX_DT_UINT32, size, 8, chunk, off);
+    for (size_t w = 0; w < sizeof(dep_workflows) / sizeof(*dep_workflows);
+         w++) {
+        cnx_workflow *wf = parse_ok(dep_workflows[w]);
+        cnx_plan_external e2[2] = {ext[0], ext[0]};
+        cnx_plan *p = plan_with(wf, NULL, e2, cnx_plan_externals(wf, NULL, 0));
+        for (size_t t = 0; t < p->ntasks; t += 1 + p->ntasks / 40)
+            check_task_message(p, t);
+        check_task_message(p, p->ntasks - 1);
+        if (w == 1) {
+            /* reduce: one task over the whole region */
+            size_t s = (size_t)cnx_workflow_find_stage(wf, "stats");
+            assert_int_equal(p->stages[s].count, 1);
+            assert_true(cnx_box_equal(&p->tasks[p->stages[s].first].roi,
+                                      &p->stages[s].region));
+        }
+        /* a failing lookup is passed up */
+        assert_int_equal(cnx_plan_task_json(p, 0, "r", "2030-01-02T03:04:05Z",
+                                            0, fake_lookup, &l, &json),
+                         CNX_ENOTFOUND);
+        assert_null(json);
+        l.calls = 0;
+        l.fail_at = 0;
+        /* a bad request id is refused by the task checker */
+        assert_int_equal(cnx_plan_task_json(p, 0, "bad id", "2030-01-02T03:"
+                                            "04:05Z", 0, fake_lookup, &l,
+                                            &json),
+                         CNX_ESCHEMA);
+        l.calls = 0;
+        l.fail_at = 3;
+        cnx_plan_free(p);
+        cnx_workflow_free(wf);
+    }
+}
+
+/* ---- output layers ------------------------------------------------------- */
+
+static void test_workflow__prepare_outputs(void **state)
+{
+    const int64_t size[3] = {512, 512, 256}, chunk[3] = {128, 128, 128};
+    char dir[64], data[160], url[256];
+    cnx_workflow *wf = load_file("workflows/pyramid.json");
+    cnx_plan *p = NULL;
+    cnx_layer *layer = NULL;
+    const cnx_layer_info *info;
+    const char *msg = cnx_error_last()->message;
+    int s;
+    (void)state;
+    cnx_test_tmpdir(dir);
+    dataset_in(dir, data, sizeof(data));
+    snprintf(url, sizeof(url), "%s/image", data);
+    make_layer(url, size, 8, chunk, NULL);
+    assert_int_equal(cnx_plan_new(&p, wf, data, NULL), 0);
+    if (cnx_plan_prepare_outputs(p) != 0)
+        fail_msg("%s", msg);
+    assert_int_equal(cnx_plan_prepare_outputs(p), 0); /* idempotent */
+    snprintf(url, sizeof(url), "%s/pyramid/v1", data);
+    assert_int_equal(cnx_layer_open(&layer, url), 0);
+    info = cnx_layer_get_info(layer);
+    assert_int_equal(info->type, CNX_LAYER_IMAGE);
+    assert_int_equal(info->dtype, CNX_DT_UINT8);
+    assert_int_equal(info->nscales, 2);
+    s = cnx_info_find_scale(info, "16_16_16");
+    assert_int_equal(s, 0);
+    assert_int_equal(info->scales[s].size[0], 256);
+    assert_int_equal(info->scales[s].size[2], 128);
+    assert_int_equal(info->scales[s].chunk[0], 64);
+    assert_true(info->scales[s].resolution[1] == 16.0);
+    s = cnx_info_find_scale(info, "32_32_32");
+    assert_int_equal(s, 1);
+    assert_int_equal(info->scales[s].size[0], 128);
+    assert_int_equal(info->scales[s].chunk[0], 32);
+    cnx_layer_free(layer);
+    cnx_plan_free(p);
+    cnx_test_rmtree(dir);
+
+    /* An existing scale with other geometry is refused. */
+    cnx_test_tmpdir(dir);
+    dataset_in(dir, data, sizeof(data));
+    snprintf(url, sizeof(url), "%s/image", data);
+    make_layer(url, size, 8, chunk, NULL);
+    snprintf(url, sizeof(url), "%s/pyramid/v1", data);
+    {
+        const int64_t s2[3] = {256, 256, 128}, c2[3] = {32, 32, 32};
+        make_layer(url, s2, 16, c2, NULL);
+    }
+    assert_int_equal(cnx_plan_new(&p, wf, data, NULL), 0);
+    assert_int_equal(cnx_plan_prepare_outputs(p), CNX_EIMMUTABLE);
+    if (strstr(msg, url) == NULL ||
+        strstr(msg, "scale '16_16_16' exists with other geometry") == NULL)
+        fail_msg("%s", msg);
+    cnx_plan_free(p);
+    cnx_test_rmtree(dir);
+
+    /* ... and so is an existing layer of another data type. */
+    cnx_test_tmpdir(dir);
+    dataset_in(dir, data, sizeof(data));
+    snprintf(url, sizeof(url), "%s/image", data);
+    make_layer(url, size, 8, chunk, NULL);
+    snprintf(url, sizeof(url), "%s/pyramid/v1", data);
+    {
+        const int64_t s2[3] = {256, 256, 128}, c2[3] = {64, 64, 64};
+        const double r2[3] = {16, 16, 16};
+        cnx_layer_info li;
+        cnx_info_init(&li, CNX_LAYER_IMAGE, CNX_DT_UINT16, s2, r2, c2);
+        assert_int_equal(cnx_layer_create(&layer, url, &li), 0);
+        cnx_layer_free(layer);
+    }
+    assert_int_equal(cnx_plan_new(&p, wf, data, NULL), 0);
+    assert_int_equal(cnx_plan_prepare_outputs(p), CNX_EIMMUTABLE);
+    assert_non_null(strstr(msg, "exists as image uint16"));
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+    cnx_test_rmtree(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_workflow__shipped_files_parse),
+        cmocka_unit_test(test_workflow__defaults_apply),
+        cmocka_unit_test(test_workflow__order_is_stable_topological),
+        cmocka_unit_test(test_workflow__refusals_name_the_problem),
+        cmocka_unit_test(test_workflow__schema_agrees),
+        cmocka_unit_test(test_workflow__pyramid_on_a_real_layer),
+        cmocka_unit_test(test_workflow__missing_layer_or_scale_is_refused),
+        cmocka_unit_test(test_workflow__unaligned_roi_is_widened),
+        cmocka_unit_test(test_workflow__dependencies_match_brute_force),
+        cmocka_unit_test(test_workflow__anisotropic_and_offset_real_layer),
+        cmocka_unit_test(test_workflow__plan_time_refusals),
+        cmocka_unit_test(test_workflow__plans_are_deterministic),
+        cmocka_unit_test(test_workflow__task_messages_list_exactly_the_chunks),
+        cmocka_unit_test(test_workflow__prepare_outputs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
