@@ -72,11 +72,11 @@ static size_t brute_force_edges(const cnx_plan *p)
         const cnx_plan_task *task = &p->tasks[t];
         const cnx_wf_stage *st = &p->wf->stages[task->stage];
         const cnx_scale *sc = &p->stages[task->stage].in_scale;
-        cnx_box bounds = {{sc->voxel_offset[0], sc->voxel_offset[1],
-                           sc->voxel_offset[2]},
-                          {sc->voxel_offset[0] + sc->size[0],
-                           sc->voxel_offset[1] + sc->size[1],
-                           sc->voxel_offset[2] + sc->size[2]}};
+        cnx_box bounds = {
+            {sc->voxel_offset[0], sc->voxel_offset[1], sc->voxel_offset[2]},
+            {sc->voxel_offset[0] + sc->size[0],
+             sc->voxel_offset[1] + sc->size[1],
+             sc->voxel_offset[2] + sc->size[2]}};
         cnx_box r = cnx_box_grow(&task->roi, st->halo, &bounds);
         for (size_t s = 0; s < p->ntasks; s++) {
             size_t src = p->tasks[s].stage;
@@ -154,8 +154,8 @@ int main(int argc, char **argv)
                wf->stages[s].name, p->stages[s].count,
                (long long)p->stages[s].task_size[0],
                (long long)p->stages[s].task_size[1],
-               (long long)p->stages[s].task_size[2],
-               p->stages[s].in_scale.key, p->stages[s].out_scale.key);
+               (long long)p->stages[s].task_size[2], p->stages[s].in_scale.key,
+               p->stages[s].out_scale.key);
     getrusage(RUSAGE_SELF, &ru);
     printf("plan   : %zu tasks, %zu dependency edges, %.1f ms (peak RSS %ld "
            "MiB)\n",
@@ -172,40 +172,55 @@ int main(int argc, char **argv)
         free(ids);
     }
     list_ms = now_ms() - t0;
-    printf("plan   : listing every task's inputs: %zu ids in %.1f ms\n",
-           listed, list_ms);
+    printf("plan   : listing every task's inputs: %zu ids in %.1f ms\n", listed,
+           list_ms);
     if (listed != plan_edges(p)) {
-        fprintf(stderr, "bench_plan: listed %zu inputs, counted %zu\n",
-                listed, plan_edges(p));
+        fprintf(stderr, "bench_plan: listed %zu inputs, counted %zu\n", listed,
+                plan_edges(p));
         goto done;
     }
 
-    /* The lattice beside the brute-force reference, on growing regions. */
+    /* The lattice beside the brute-force reference, on growing regions:
+     * the whole plan, then listing every task's inputs by lattice queries,
+     * then the same edges by comparing every pair of tasks. */
     for (int64_t side = 512; side <= 2048; side *= 2) {
         cnx_box roi = {{0, 0, 0}, {side, side, side}};
-        double lat[RUNS], brute;
-        size_t want;
+        double lat[RUNS], lst[RUNS], brute;
+        size_t want, got = 0;
         for (int r = 0; r < RUNS; r++) {
             cnx_plan_free(p);
             p = NULL;
             t0 = now_ms();
             if (cnx_plan_new(&p, wf, data, &roi) != 0) {
-                fprintf(stderr, "bench_plan: %s\n",
-                        cnx_error_last()->message);
+                fprintf(stderr, "bench_plan: %s\n", cnx_error_last()->message);
                 goto done;
             }
             lat[r] = now_ms() - t0;
+            t0 = now_ms();
+            got = 0;
+            for (size_t t = 0; t < p->ntasks; t++) {
+                size_t *ids = NULL, n = 0;
+                if (cnx_plan_inputs(p, t, &ids, &n) != 0) {
+                    fprintf(stderr, "bench_plan: %s\n",
+                            cnx_error_last()->message);
+                    goto done;
+                }
+                got += n;
+                free(ids);
+            }
+            lst[r] = now_ms() - t0;
         }
         t0 = now_ms();
         want = brute_force_edges(p);
         brute = now_ms() - t0;
-        printf("region : %lld^3: %zu tasks, %zu edges: lattice plan %.2f ms, "
-               "brute-force count %.2f ms, brute/lattice %.0fx%s\n",
+        printf("region : %4lld^3: %5zu tasks, %5zu edges: plan %.2f ms; "
+               "all inputs by lattice %.3f ms, by brute force %.2f ms "
+               "(brute/lattice %.1fx)%s\n",
                (long long)side, p->ntasks, plan_edges(p),
-               bench_median(lat, RUNS), brute,
-               brute / bench_median(lat, RUNS),
-               want == plan_edges(p) ? "" : "  COUNTS DIFFER");
-        if (want != plan_edges(p))
+               bench_median(lat, RUNS), bench_median(lst, RUNS), brute,
+               brute / bench_median(lst, RUNS),
+               want == plan_edges(p) && got == want ? "" : "  COUNTS DIFFER");
+        if (want != plan_edges(p) || got != want)
             goto done;
     }
     status = 0;

@@ -1,34 +1,66 @@
 #!/usr/bin/env bash
 # The main job: install what is missing, build, then run cnx end to end on
-# this machine and print a summary. Today that is: a 256^3 synthetic dataset
-# with ground truth and its montage tile set (cnx-synth), the tile set checked
-# and recorded with a digest per tile (cnx-ingest --tiles), the real ISBI
-# 2012 stack ingested as an image and a segmentation layer (cnx-ingest), and
-# the synthetic image and ground truth downsampled one level through the
-# embedded Kafka stack (cnx-broker, two cnx-downsample workers, cnx-submit),
-# every signed manifest verified with the openssl CLI.
-# Outputs: out/demo/ (precomputed layers; point Neuroglancer at them).
-# Environment: CNX_DEMO_SHAPE (default 256,256,256), CNX_DEMO_OUT.
+# this machine and print a summary:
+#  - a 256^3 synthetic dataset with ground truth and its montage tile set
+#    (cnx-synth), the tile set checked and recorded with a digest per tile
+#    (cnx-ingest --tiles), the real ISBI 2012 stack ingested as an image and
+#    a segmentation layer (cnx-ingest);
+#  - the Kafka stack: cnx-broker, cnx-controller writing the SQLite ledger,
+#    two cnx-downsample workers; `cnx-reprocess --workflow pyramid --wait`
+#    over the synthetic image, then the same region again, which must
+#    report every repeated task bit-identical (exit 0);
+#  - the ledger read with the sqlite3 shell (requests, per-stage costs),
+#    checked independently (acceptance/ledger_check.py: Python sqlite3 and
+#    hashlib), and every signed manifest stored in it verified with the
+#    openssl CLI alone (acceptance/verify_openssl.sh).
+# Every process started is stopped on exit. Exit status 0 only if every
+# check passed.
+# Outputs: out/demo/ (precomputed layers; point Neuroglancer at them; the
+# ledger out/demo/ledger.db; logs).
+# Environment: CNX_DEMO_SHAPE (default 256,256,256), CNX_DEMO_ROI (default
+# the whole volume), CNX_DEMO_OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 shape=${CNX_DEMO_SHAPE:-256,256,256}
+roi=${CNX_DEMO_ROI:-0,0,0,$shape}
 out=${CNX_DEMO_OUT:-$root/out/demo}
 shared=${CNX_SHARED:-$root/../shared}
+price=0.05 # $ per core-hour, for the cost figures
 
 t0=$(date +%s.%N)
 bash scripts/setup.sh release
 bin=$root/build/bin
 t_build=$(date +%s.%N)
 
+# Everything started in the background is stopped on exit, whatever happens:
+# SIGTERM first (workers finish or abandon their task, the controller
+# commits), SIGKILL for anything still there after 10 s.
+pids=()
+stop_all() {
+  local p i
+  for p in "${pids[@]:-}"; do [ -n "$p" ] && kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]:-}"; do
+    [ -n "$p" ] || continue
+    for i in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  pids=()
+}
+trap stop_all EXIT
+trap 'exit 130' INT TERM
+
 rm -rf "$out"
 mkdir -p "$out"
+: >"$out/times.tsv"
+elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}'; }
 step() { # name, command...
   local name=$1; shift
   local s; s=$(date +%s.%N)
   echo "== $name"
   "$@"
-  awk -v a="$s" -v b="$(date +%s.%N)" -v n="$name" 'BEGIN{printf "%s\t%.1f\n", n, b-a}' >> "$out/times.tsv"
+  printf '%s\t%s\n' "$name" "$(elapsed "$s")" >>"$out/times.tsv"
 }
 
 step "synthesise $shape" "$bin/cnx-synth" --out "$out/synth" --shape "$shape" --seed 1
@@ -42,87 +74,175 @@ else
   echo "(no $shared/data/isbi2012: skipping the ISBI ingest)"
 fi
 
-# The Kafka stack: broker, two downsample workers, tasks for the synthetic
-# image and ground truth, signed manifests verified with openssl alone.
-echo "== downsample through cnx-broker and two cnx-downsample workers"
-ds_start=$(date +%s.%N)
+# ---- the Kafka stack ------------------------------------------------------
+echo "== start cnx-broker, cnx-controller (ledger) and two cnx-downsample workers"
+s=$(date +%s.%N)
+ledger=$out/ledger.db
 "$bin/cnx-keygen" --out "$out/keys" >/dev/null
+mkdir -p "$out/trust"
+cp "$out/keys/cnx.pub" "$out/trust/demo-workers.pub"
 "$bin/cnx-broker" --partitions 4 >"$out/broker.out" 2>"$out/broker.log" &
-broker=$!
-workers=()
-cleanup() { kill "${workers[@]}" "$broker" 2>/dev/null || true; }
-trap cleanup EXIT
+pids+=($!)
+boot=""
 for _ in $(seq 100); do boot=$(head -n1 "$out/broker.out" 2>/dev/null || true); [ -n "$boot" ] && break; sleep 0.1; done
+[ -n "$boot" ] || { echo "cnx-broker did not start: $(cat "$out/broker.log")" >&2; exit 1; }
+CNX_LOG=info "$bin/cnx-controller" --brokers "$boot" --ledger "$ledger" --trust "$out/trust" \
+  --progress 1 --price-per-core-hour "$price" --metrics-port 9460 2>"$out/controller.log" &
+pids+=($!)
 dirty=""
 "$bin/cnx-downsample" --version | grep -q -- '-dirty$' && dirty=--allow-dirty
 for i in 1 2; do
   "$bin/cnx-downsample" --brokers "$boot" --key "$out/keys/cnx.key" --instance "demo-$i" \
     --metrics-port $((9460 + i)) --session-timeout-ms 6000 $dirty --quiet \
     2>>"$out/workers.log" &
-  workers+=($!)
+  pids+=($!)
 done
-# The development broker settles a new group in a few seconds; submitting
-# after that spares the first tasks a rebalance.
-sleep 5
-ntasks=0
-for layer in image gt; do
-  n=$("$bin/cnx-submit" --dry-run --layer "file://$out/synth/$layer" | wc -l)
-  "$bin/cnx-submit" --brokers "$boot" --layer "file://$out/synth/$layer" --request "demo-$layer"
-  ntasks=$((ntasks + n))
-done
-done_tasks=0
-for _ in $(seq 600); do
-  done_tasks=$(kcat -b "$boot" -C -t cnx.events -o beginning -e -q 2>/dev/null | { grep '"type":"succeeded"' || true; } | grep -o '"request":"demo-[a-z]*","roi":{[^}]*}' | sort -u | wc -l || true)
-  [ -t 2 ] && printf '\rdownsample tasks done: %d/%d' "$done_tasks" "$ntasks" >&2
-  [ "$done_tasks" -ge "$ntasks" ] && break
-  sleep 0.5
-done
-echo >&2
-kcat -b "$boot" -C -t cnx.lineage -o beginning -e -q 2>/dev/null >"$out/lineage.jsonl"
-mkdir -p "$out/envelopes"
-split -l 1 -d -a 4 "$out/lineage.jsonl" "$out/envelopes/env-"
-verified=$(bash acceptance/verify_openssl.sh "$out/keys/cnx.pub" "$out"/envelopes/env-* 2>/dev/null | grep -c '^OK' || true)
-metrics=$(python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9461/metrics', timeout=2).read().decode())" 2>/dev/null | grep '^cnx_tasks_total.*succeeded' || true)
-cleanup
-trap - EXIT
-awk -v a="$ds_start" -v b="$(date +%s.%N)" 'BEGIN{printf "downsample (Kafka)\t%.1f\n", b-a}' >>"$out/times.tsv"
+echo "broker $boot; ledger $ledger; trusted key $out/trust/demo-workers.pub"
+printf '%s\t%s\n' "start the Kafka stack" "$(elapsed "$s")" >>"$out/times.tsv"
+
+# cnx-reprocess: the pyramid workflow (two downsampling levels of the image
+# layer into pyramid/v1) over the region; its progress and summary go to
+# the terminal and to $out/<request>.txt. Sets rc.
+reprocess() { # request id
+  local s; s=$(date +%s.%N)
+  echo
+  echo "== cnx-reprocess --workflow pyramid --roi $roi --request $1 --wait"
+  set +e
+  "$bin/cnx-reprocess" --brokers "$boot" --workflow pyramid --workflows "$root/workflows" \
+    --dataset "file://$out/synth" --roi "$roi" --deadline 24h --request "$1" --wait \
+    --timeout 600 2>&1 | tee "$out/$1.txt"
+  rc=${PIPESTATUS[0]}
+  set -e
+  printf '%s\t%s\n' "reprocess $1" "$(elapsed "$s")" >>"$out/times.tsv"
+}
+problems=()
+reprocess demo-run1
+rc1=$rc
+[ "$rc1" -eq 0 ] || problems+=("first cnx-reprocess exited $rc1")
+reprocess demo-run2
+rc2=$rc
+[ "$rc2" -eq 0 ] || problems+=("second cnx-reprocess exited $rc2 (0: every repeated task bit-identical)")
+
+# Metrics while the processes still run, then stop them all.
+scrape() { # port, grep pattern
+  python3 -c "import urllib.request, sys; print(urllib.request.urlopen('http://127.0.0.1:%s/metrics' % sys.argv[1], timeout=2).read().decode())" "$1" 2>/dev/null |
+    grep -E "$2" | tr '\n' ' ' || true
+}
+w_metrics=$(scrape 9461 '^cnx_tasks_total.*succeeded')
+c_metrics=$(scrape 9460 '^cnx_controller_messages_applied_total')
+s=$(date +%s.%N)
+stop_all
+printf '%s\t%s\n' "stop the Kafka stack" "$(elapsed "$s")" >>"$out/times.tsv"
+
+# ---- the ledger -------------------------------------------------------------
+q() { sqlite3 -readonly "$ledger" "$@"; }
+echo
+echo "== the ledger ($ledger), read with the sqlite3 shell"
+echo "requests:"
+q -table "SELECT id AS request, workflow, state, slo, tasks,
+    json_extract(summary, '\$.repeated') AS repeated,
+    json_extract(summary, '\$.identical') AS identical,
+    printf('%.1f', json_extract(summary, '\$.elapsed_s')) AS elapsed_s,
+    submitted, deadline FROM requests ORDER BY submitted, id"
+echo "stage_costs (view):"
+q -table "SELECT request, stage, worker, tasks, attempts_succeeded AS ok, voxels,
+    printf('%.2f', cpu_s) AS cpu_s, printf('%.1f', mvx_per_s) AS mvx_per_s,
+    printf('%.3g', core_hours) AS core_hours, printf('%.3g', mm3) AS mm3,
+    printf('%.3g', gb_per_mm3) AS gb_per_mm3,
+    printf('%.3g', core_hours * $price / mm3) AS usd_per_mm3
+    FROM stage_costs ORDER BY request, stage"
+echo "rows: $(q "SELECT (SELECT count(*) FROM tasks) || ' tasks, ' ||
+    (SELECT count(*) FROM attempts) || ' attempts, ' ||
+    (SELECT count(*) FROM lineage) || ' manifests (' ||
+    (SELECT coalesce(sum(verified), 0) FROM lineage) || ' verified by the controller), ' ||
+    (SELECT count(*) FROM outputs) || ' outputs, ' ||
+    (SELECT count(*) FROM violations) || ' violations, ' ||
+    (SELECT count(*) FROM rejected) || ' rejected messages'")"
+read -r repeated identical ntasks <<<"$(q -separator ' ' "SELECT
+    json_extract(summary, '\$.repeated'), json_extract(summary, '\$.identical'), tasks
+    FROM requests WHERE id = 'demo-run2'")"
+[ "${repeated:-0}" -gt 0 ] && [ "$repeated" = "$identical" ] && [ "$repeated" = "$ntasks" ] ||
+  problems+=("second run: $identical of $repeated repeated tasks identical, $ntasks tasks")
 
 echo
-echo "== summary"
-awk -v a="$t0" -v b="$t_build" 'BEGIN{printf "build (incl. install)  %.1f s\n", b-a}'
-while IFS=$'\t' read -r name secs; do printf '%-22s %s s\n' "$name" "$secs"; done < "$out/times.tsv"
+echo "== the ledger checked independently (acceptance/ledger_check.py: Python sqlite3 + hashlib)"
+ledger_ok=0
+for r in demo-run1 demo-run2; do
+  if python3 acceptance/ledger_check.py "$ledger" "$r"; then
+    echo "$r: every task done once with a verified manifest; lineage hash chain intact; every output's bytes as recorded"
+    ledger_ok=$((ledger_ok + 1))
+  else
+    problems+=("ledger_check.py $r failed")
+  fi
+done
+
 echo
-printf '%-16s %-13s %-24s %-8s %-13s %7s %11s\n' layer type encoding dtype size chunks bytes
+echo "== every manifest in the ledger (lineage.envelope) verified with the openssl CLI alone"
+mkdir -p "$out/envelopes"
+q "SELECT writefile('$out/envelopes/' || printf('p%d-%06d', partition, offset) || '.json', envelope)
+   FROM lineage" >/dev/null
+nenv=$(find "$out/envelopes" -name '*.json' | wc -l)
+verified=0
+if [ "$nenv" -gt 0 ]; then
+  verified=$(bash acceptance/verify_openssl.sh "$out/keys/cnx.pub" "$out"/envelopes/*.json 2>/dev/null |
+    tee "$out/verify_openssl.txt" | grep -c '^OK' || true)
+fi
+echo "$verified of $nenv envelopes verify (openssl pkeyutl -verify -rawin over the DSSE PAE); one: $(head -n1 "$out/verify_openssl.txt" 2>/dev/null)"
+[ "$nenv" -gt 0 ] && [ "$verified" -eq "$nenv" ] || problems+=("openssl verified $verified of $nenv envelopes")
+
+# ---- summary ------------------------------------------------------------------
+echo
+echo "== summary"
+awk -v a="$t0" -v b="$t_build" 'BEGIN{printf "%-26s %.1f s\n", "build (incl. install)", b-a}'
+while IFS=$'\t' read -r name secs; do printf '%-26s %s s\n' "$name" "$secs"; done <"$out/times.tsv"
+echo
+printf '%-16s %-9s %-13s %-24s %-8s %-13s %7s %11s\n' layer scale type encoding dtype size chunks bytes
 for info in $(find "$out" -name info -not -path '*/tiles/*' | sort); do
   dir=$(dirname "$info")
   python3 - "$info" "$dir" "$out" <<'PY'
 import json, os, sys
 info = json.load(open(sys.argv[1])); d = sys.argv[2]; out = sys.argv[3]
-s = info["scales"][0]
-files = [f for f in os.listdir(os.path.join(d, s["key"]))]
-size = sum(os.path.getsize(os.path.join(d, s["key"], f)) for f in files)
-print("%-16s %-13s %-24s %-8s %-13s %7d %11d" % (os.path.relpath(d, out),
-      info["type"], s["encoding"], info["data_type"],
-      "x".join(map(str, s["size"])), len(files), size))
+for s in info["scales"]:
+    files = os.listdir(os.path.join(d, s["key"]))
+    size = sum(os.path.getsize(os.path.join(d, s["key"], f)) for f in files)
+    print("%-16s %-9s %-13s %-24s %-8s %-13s %7d %11d" % (os.path.relpath(d, out),
+          s["key"], info["type"], s["encoding"], info["data_type"],
+          "x".join(map(str, s["size"])), len(files), size))
 PY
 done
 if [ -f "$out/synth/gt-synapses.json" ]; then
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); s=d if isinstance(d,list) else d.get('synapses',[]); print('ground-truth synapses: %d' % len(s))" "$out/synth/gt-synapses.json"
 fi
-echo "downsample: $done_tasks/$ntasks tasks through Kafka; $(wc -l <"$out/lineage.jsonl") signed manifests, $verified verified with the openssl CLI alone"
-echo "worker demo-1 metrics: ${metrics:-(none)}"
 python3 -c "import json,sys; t=json.load(open(sys.argv[1])); print('tile set: %d sections, %d tiles, each recorded with its sha256' % (len(t['sections']), sum(len(s['tiles']) for s in t['sections'])))" "$out/tiles/v1/tiles.json"
+sed -n 's/^request \(demo-run[12]\): done in [^(]*(\([^)]*\)).*$/\1: done in \2/p' "$out"/demo-run*.txt | tr '\n' ';' |
+  sed 's/;$/\n/; s/;/; /g' | sed 's/^/reprocess pyramid: /'
+echo "second run: $identical of $repeated repeated tasks bit-identical (cnx-reprocess exit $rc2)"
+echo "manifests: $verified of $nenv verified with the openssl CLI alone; ledger checked independently for $ledger_ok of 2 requests"
+echo "worker demo-1 metrics: ${w_metrics:-(none)}"
+echo "controller metrics: ${c_metrics:-(none)}"
 python3 - "$out/synth" <<'PY'
 import hashlib, os, sys
-root = sys.argv[1]; h = hashlib.sha256(); n = 0
-for dirpath, dirs, names in os.walk(root):
-    dirs.sort()
-    for name in sorted(names):
-        p = os.path.join(dirpath, name)
-        h.update(os.path.relpath(p, root).encode() + b"\0")
-        h.update(hashlib.sha256(open(p, "rb").read()).digest())
-        n += 1
-print("synthetic dataset digest (%d files): sha256:%s (same seed, same digest)" % (n, h.hexdigest()))
+def digest(root, skip=()):
+    h = hashlib.sha256(); n = 0
+    for dirpath, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if os.path.join(dirpath, d) not in skip)
+        for name in sorted(names):
+            p = os.path.join(dirpath, name)
+            h.update(os.path.relpath(p, root).encode() + b"\0")
+            h.update(hashlib.sha256(open(p, "rb").read()).digest())
+            n += 1
+    return n, h.hexdigest()
+root = sys.argv[1]
+pyr = os.path.join(root, "pyramid")
+print("synthetic dataset digest (%d files): sha256:%s" % digest(root, {pyr}))
+if os.path.isdir(pyr):
+    print("pyramid/v1 digest (%d files): sha256:%s" % digest(pyr))
+print("(same seed and build, same digests on every run)")
 PY
 awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "total %.1f s\n", b-a}'
 echo "layers are under $out (Neuroglancer: serve the directory over HTTP and add precomputed://http://HOST:PORT/<layer>)"
+if [ ${#problems[@]} -gt 0 ]; then
+  printf 'FAILED: %s\n' "${problems[@]}" >&2
+  exit 1
+fi
+echo "all checks passed"

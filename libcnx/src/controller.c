@@ -318,8 +318,9 @@ static int apply_batch(ctl *c, int wait_ms, int *got)
     return 0;
 }
 
-/* Apply everything up to the ends the broker reports now. */
-static int catch_up(ctl *c)
+/* Apply everything up to the ends the broker reports now (interrupted by
+ * SIGTERM only if interruptible). */
+static int catch_up(ctl *c, int interruptible)
 {
     cnx_position *ends = NULL;
     size_t nends = 0;
@@ -327,13 +328,15 @@ static int catch_up(ctl *c)
     int rc = cnx_reader_ends(c->reader, &ends, &nends, 10000);
     if (rc != 0)
         return rc;
+    CNX_DEBUG("controller", "log ends of %zu partition(s) in %.3f s", nends,
+              cnx_now() - t0);
     for (;;) {
         int behind = 0, got = 0;
         for (size_t i = 0; i < nends && !behind; i++) {
             int64_t at = start_at(c, ends[i].topic, ends[i].partition);
             behind = (at == CNX_OFFSET_BEGINNING ? 0 : at) < ends[i].offset;
         }
-        if (!behind || stop_signal)
+        if (!behind || (interruptible && stop_signal))
             break;
         rc = apply_batch(c, 500, &got);
         if (rc != 0)
@@ -409,7 +412,7 @@ int cnx_controller_run(const cnx_controller_opts *opts)
     if (rc == 0 && opts->metrics_port > 0)
         rc = cnx__ctl_metrics_start(&c, opts->metrics_port);
     if (rc == 0)
-        rc = catch_up(&c);
+        rc = catch_up(&c, 1);
     if (rc != 0) {
         fprintf(stderr, "cnx-controller: %s\n", cnx_error_last()->message);
         cnx__ctl_metrics_stop();
@@ -443,6 +446,13 @@ int cnx_controller_run(const cnx_controller_opts *opts)
         else if (opts->idle_exit_s > 0 &&
                  cnx_now() - idle_since > opts->idle_exit_s)
             break;
+    }
+    /* Read back what this run published (its last decisions), so that
+     * the stored positions are the log's end: a stopped controller's
+     * ledger then equals a rebuild of the same log. */
+    if (code == 0 && catch_up(&c, 0) != 0) {
+        fprintf(stderr, "cnx-controller: %s\n", cnx_error_last()->message);
+        code = 1;
     }
     CNX_INFO("controller", "stopping after %lld message(s)",
              (long long)c.applied);

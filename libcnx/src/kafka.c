@@ -1027,6 +1027,7 @@ int cnx_reader_ends(cnx_consumer *reader, cnx_position **out, size_t *n,
 {
     rd_kafka_topic_partition_list_t *parts = NULL;
     cnx_position *pos = NULL;
+    rd_kafka_resp_err_t err;
     int rc = 0;
 
     *out = NULL;
@@ -1038,23 +1039,28 @@ int cnx_reader_ends(cnx_consumer *reader, cnx_position **out, size_t *n,
         rc = cnx_error_set(CNX_ENOMEM, 0, "kafka reader: out of memory");
         goto done;
     }
+    /* One ListOffsets request per broker for every partition ("latest" is
+     * timestamp -1), rather than a watermark query per partition, each of
+     * which would wait behind the reader's long-polling fetch. */
+    for (int i = 0; i < parts->cnt; i++)
+        parts->elems[i].offset = RD_KAFKA_OFFSET_END;
+    err = rd_kafka_offsets_for_times(reader->rk, parts, timeout_ms);
+    for (int i = 0; err == RD_KAFKA_RESP_ERR_NO_ERROR && i < parts->cnt; i++)
+        if (parts->elems[i].err != RD_KAFKA_RESP_ERR_NO_ERROR ||
+            parts->elems[i].offset < 0)
+            err = parts->elems[i].err != RD_KAFKA_RESP_ERR_NO_ERROR
+                      ? parts->elems[i].err
+                      : RD_KAFKA_RESP_ERR__BAD_MSG;
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rc = cnx_error_set(CNX_EIO, 1, "kafka: ends of %d partition(s): %s",
+                           parts->cnt, rd_kafka_err2str(err));
+        goto done;
+    }
     for (int i = 0; i < parts->cnt; i++) {
-        int64_t lo = 0, hi = 0;
-        rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(
-            reader->rk, parts->elems[i].topic, parts->elems[i].partition, &lo,
-            &hi, timeout_ms);
-        if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-            rc = cnx_error_set(CNX_EIO, 1,
-                               "kafka: end of %s [%" PRId32 "]: %s",
-                               parts->elems[i].topic,
-                               parts->elems[i].partition,
-                               rd_kafka_err2str(err));
-            goto done;
-        }
         snprintf(pos[i].topic, sizeof(pos[i].topic), "%s",
                  parts->elems[i].topic);
         pos[i].partition = parts->elems[i].partition;
-        pos[i].offset = hi;
+        pos[i].offset = parts->elems[i].offset;
     }
     *out = pos;
     *n = (size_t)parts->cnt;

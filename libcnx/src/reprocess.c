@@ -116,9 +116,8 @@ int cnx_duration_parse(const char *text_, int64_t *seconds)
             continue;
         if (cnx_cli_int(num, 0, MAX_DURATION_S, &v) != 0 ||
             v > MAX_DURATION_S / units[u].seconds)
-            return cnx_error_set(CNX_EINVAL, 0,
-                                 "duration '%.40s': more than 3650 days",
-                                 text_);
+            return cnx_error_set(
+                CNX_EINVAL, 0, "duration '%.40s': more than 3650 days", text_);
         if (v == 0)
             return cnx_error_set(CNX_EINVAL, 0,
                                  "duration '%.40s': must be at least 1%c",
@@ -243,8 +242,8 @@ static int check_url(const char *what, const char *s)
                              URL_MAX);
     for (size_t i = 0; i < len; i++)
         if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-            return cnx_error_set(CNX_EINVAL, 0,
-                                 "%s: control character in URL", what);
+            return cnx_error_set(CNX_EINVAL, 0, "%s: control character in URL",
+                                 what);
     if (strncmp(s, "file:///", 8) != 0 && strncmp(s, "s3://", 5) != 0 &&
         strncmp(s, "gs://", 5) != 0 && strncmp(s, "http://", 7) != 0 &&
         strncmp(s, "https://", 8) != 0)
@@ -392,11 +391,16 @@ done:
 const char *cnx_slo_name(cnx_slo slo)
 {
     switch (slo) {
-    case CNX_SLO_OK: return "ok";
-    case CNX_SLO_AT_RISK: return "at_risk";
-    case CNX_SLO_MISSED: return "missed";
-    case CNX_SLO_MET: return "met";
-    case CNX_SLO_NONE: break;
+    case CNX_SLO_OK:
+        return "ok";
+    case CNX_SLO_AT_RISK:
+        return "at_risk";
+    case CNX_SLO_MISSED:
+        return "missed";
+    case CNX_SLO_MET:
+        return "met";
+    case CNX_SLO_NONE:
+        break;
     }
     return "none";
 }
@@ -585,15 +589,15 @@ static int get_box(const json_t *obj, const char *prefix, const char *key,
     pm = at(p.s, "min");
     if (field(v, "min") == NULL)
         return bad(&pm, "missing");
-    rc = cnx__json_ivec(field(v, "min"), 3, -COORD_LIMIT, COORD_LIMIT,
-                        dst->min, CNX_ESCHEMA, pm.s);
+    rc = cnx__json_ivec(field(v, "min"), 3, -COORD_LIMIT, COORD_LIMIT, dst->min,
+                        CNX_ESCHEMA, pm.s);
     if (rc != 0)
         return cnx_error_wrap("request-state");
     pm = at(p.s, "max");
     if (field(v, "max") == NULL)
         return bad(&pm, "missing");
-    rc = cnx__json_ivec(field(v, "max"), 3, -COORD_LIMIT, COORD_LIMIT,
-                        dst->max, CNX_ESCHEMA, pm.s);
+    rc = cnx__json_ivec(field(v, "max"), 3, -COORD_LIMIT, COORD_LIMIT, dst->max,
+                        CNX_ESCHEMA, pm.s);
     if (rc != 0)
         return cnx_error_wrap("request-state");
     return 0;
@@ -644,9 +648,8 @@ static int get_array(const json_t *obj, const char *key, size_t max,
     if (!json_is_array(v))
         return bad(&p, "must be an array");
     if (json_array_size(v) > max)
-        return cnx_error_set(CNX_ESCHEMA, 0,
-                             "request-state: %s: more than %zu items", p.s,
-                             max);
+        return cnx_error_set(
+            CNX_ESCHEMA, 0, "request-state: %s: more than %zu items", p.s, max);
     *dst = v;
     return 0;
 }
@@ -656,10 +659,10 @@ static const char *const accepted_stage_keys[] = {
 static const char *const progress_stage_keys[] = {
     "stage", "total", "done", "running", "failed", "dead", "reused", NULL};
 static const char *const finished_stage_keys[] = {
-    "stage",     "worker",     "total",      "done",          "dead",
-    "never_run", "reused",     "attempts",   "voxels",        "cpu_s",
-    "wall_s",    "bytes_read", "bytes_written", "mvx_per_s",  "core_hours",
-    "mm3",       "gb_per_mm3", "usd_per_mm3", NULL};
+    "stage",     "worker",     "total",         "done",      "dead",
+    "never_run", "reused",     "attempts",      "voxels",    "cpu_s",
+    "wall_s",    "bytes_read", "bytes_written", "mvx_per_s", "core_hours",
+    "mm3",       "gb_per_mm3", "usd_per_mm3",   NULL};
 
 static int parse_stage(const json_t *v, cnx_state_type type, const char *p,
                        cnx_state_stage *st)
@@ -754,8 +757,11 @@ static int parse_stage(const json_t *v, cnx_state_type type, const char *p,
 static int parse_issue(const json_t *v, int violation, const char *p,
                        cnx_state_issue *is)
 {
-    static const char *const vkeys[] = {"task_key", "stage", "roi", "object",
-                                        "expected", "got", NULL};
+    static const char *const vkeys[] = {"kind",   "task_key", "stage",
+                                        "roi",    "object",   "expected",
+                                        "got",    NULL};
+    static const char *const kinds[] = {"reproducibility", "immutability",
+                                        NULL};
     static const char *const fkeys[] = {"task_key", "stage", "roi", "error",
                                         NULL};
     int rc;
@@ -774,6 +780,13 @@ static int parse_issue(const json_t *v, int violation, const char *p,
         return rc;
     if (!violation)
         return get_text(v, p, "error", CNX_STATE_MAX_TEXT, NULL, &is->error);
+    {
+        int k = 0;
+        rc = get_enum(v, p, "kind", kinds, &k);
+        if (rc != 0)
+            return rc;
+        snprintf(is->kind, sizeof(is->kind), "%s", kinds[k]);
+    }
     rc = get_url(v, p, "object", &is->object);
     if (rc == 0)
         rc = get_digest(v, p, "expected", is->expected);
@@ -821,8 +834,7 @@ static int parse_stages(const json_t *obj, cnx_request_state *st)
     return 0;
 }
 
-static int parse_issues(const json_t *obj, int violation,
-                        cnx_request_state *st)
+static int parse_issues(const json_t *obj, int violation, cnx_request_state *st)
 {
     const char *key = violation ? "violations" : "failures";
     cnx_state_issue **list = violation ? &st->violations : &st->failures;
@@ -873,28 +885,27 @@ static int parse_notes(const json_t *obj, cnx_request_state *st)
     return 0;
 }
 
-static const char *const type_names[] = {"accepted", "refused", "progress",
+static const char *const type_names[] = {"accepted", "refused",  "progress",
                                          "slo",      "finished", NULL};
 static const char *const accepted_keys[] = {
-    "schema", "request", "type", "time", "deadline", "tasks", "stages",
-    "notes", NULL};
+    "schema", "request", "type",  "time",      "deadline",
+    "tasks",  "stages",  "notes", "externals", NULL};
 static const char *const refused_keys[] = {"schema", "request", "type",
-                                           "time", "error", NULL};
+                                           "time",   "error",   NULL};
 static const char *const progress_keys[] = {
-    "schema", "request", "type", "time", "deadline", "eta", "slo", "urgent",
-    "stages", NULL};
-static const char *const slo_keys[] = {"schema", "request", "type", "time",
+    "schema", "request", "type",   "time",   "deadline",
+    "eta",    "slo",     "urgent", "stages", NULL};
+static const char *const slo_keys[] = {"schema", "request", "type",     "time",
                                        "slo",    "eta",     "deadline", NULL};
 static const char *const finished_keys[] = {
-    "schema",     "request",   "type",     "time",       "outcome",
-    "submitted",  "deadline",  "elapsed_s", "slo",       "repeated",
-    "identical",  "stages",    "violations", "failures",
-    "price_per_core_hour", NULL};
+    "schema",    "request",  "type",       "time",     "outcome",
+    "submitted", "deadline", "elapsed_s",  "slo",      "repeated",
+    "identical", "stages",   "violations", "failures", "price_per_core_hour",
+    NULL};
 
 static int parse_body(const json_t *doc, cnx_request_state *st)
 {
-    static const char *const progress_slo[] = {"ok", "at_risk", "missed",
-                                               NULL};
+    static const char *const progress_slo[] = {"ok", "at_risk", "missed", NULL};
     static const char *const slo_slo[] = {"ok", "at_risk", "missed", "met",
                                           NULL};
     static const char *const finished_slo[] = {"met", "missed", NULL};
@@ -931,8 +942,7 @@ static int parse_body(const json_t *doc, cnx_request_state *st)
             rc = parse_notes(doc, st);
         return rc;
     case CNX_STATE_REFUSED:
-        return get_text(doc, "", "error", CNX_STATE_MAX_TEXT, NULL,
-                        &st->error);
+        return get_text(doc, "", "error", CNX_STATE_MAX_TEXT, NULL, &st->error);
     case CNX_STATE_PROGRESS:
         rc = get_eta(doc, st);
         if (rc == 0)
@@ -940,7 +950,8 @@ static int parse_body(const json_t *doc, cnx_request_state *st)
         if (rc != 0)
             return rc;
         st->slo = slo_of[i];
-        if (field(doc, "urgent") == NULL || !json_is_boolean(field(doc, "urgent"))) {
+        if (field(doc, "urgent") == NULL ||
+            !json_is_boolean(field(doc, "urgent"))) {
             fpath p = at("", "urgent");
             return bad(&p, field(doc, "urgent") == NULL ? "missing"
                                                         : "must be a boolean");
@@ -957,8 +968,7 @@ static int parse_body(const json_t *doc, cnx_request_state *st)
     case CNX_STATE_FINISHED:
         rc = get_enum(doc, "", "outcome", outcomes, &st->outcome_failed);
         if (rc == 0)
-            rc = get_time(doc, "submitted", st->submitted,
-                          &st->submitted_unix);
+            rc = get_time(doc, "submitted", st->submitted, &st->submitted_unix);
         if (rc == 0)
             rc = get_number(doc, "", "elapsed_s", 0, &st->elapsed_s);
         if (rc == 0)
@@ -1075,13 +1085,18 @@ int cnx_reprocess_exit_code(const cnx_request_state *fin)
 const char *cnx_reprocess_exit_name(int code)
 {
     switch (code) {
-    case CNX_REPROCESS_DONE: return "done, every repeated task bit-identical";
-    case CNX_REPROCESS_ERROR: return "error";
-    case CNX_REPROCESS_USAGE: return "usage error or request refused";
+    case CNX_REPROCESS_DONE:
+        return "done, every repeated task bit-identical";
+    case CNX_REPROCESS_ERROR:
+        return "error";
+    case CNX_REPROCESS_USAGE:
+        return "usage error or request refused";
     case CNX_REPROCESS_VIOLATION:
         return "reproducibility or immutability violation";
-    case CNX_REPROCESS_FAILED: return "tasks failed (dead-lettered or never run)";
-    case CNX_REPROCESS_MISSED: return "deadline missed";
+    case CNX_REPROCESS_FAILED:
+        return "tasks failed (dead-lettered or never run)";
+    case CNX_REPROCESS_MISSED:
+        return "deadline missed";
     }
     return "unknown";
 }
@@ -1144,8 +1159,7 @@ int cnx_reprocess_summary_text(const cnx_request_state *fin, char **out)
                 fig(s->gb_per_mm3, "%.4g", b4),
                 isnan(s->usd_per_mm3) ? "no $" : "$",
                 isnan(s->usd_per_mm3) ? "" : fig(s->usd_per_mm3, "%.4g", b5),
-                (long long)s->voxels,
-                s->cpu_s, s->wall_s);
+                (long long)s->voxels, s->cpu_s, s->wall_s);
     }
     fprintf(t.f, "  total: %lld voxels, %s core-hours", (long long)voxels,
             fig(core_hours, "%.4g", b1));
@@ -1166,8 +1180,8 @@ int cnx_reprocess_summary_text(const cnx_request_state *fin, char **out)
         fprintf(t.f, "%zu violation(s):\n", fin->nviolations);
     for (size_t i = 0; i < fin->nviolations; i++) {
         const cnx_state_issue *v = &fin->violations[i];
-        fprintf(t.f, "  VIOLATION task %s stage %s roi ", v->task_key,
-                v->stage);
+        fprintf(t.f, "  VIOLATION (%s) task %s stage %s roi ", v->kind,
+                v->task_key, v->stage);
         put_roi(t.f, &v->roi);
         fprintf(t.f, "\n    object   %s\n    expected %s\n    got      %s\n",
                 v->object, v->expected, v->got);
@@ -1216,8 +1230,8 @@ int cnx_reprocess_result_json(const char *msg, size_t len, const char *plan,
     /* For people and scripts, not for hashing: 15 significant digits give
      * back the controller's short decimals (0.00089, not
      * 0.00088999999999999995). */
-    *out = json_dumps(doc, JSON_SORT_KEYS | JSON_COMPACT |
-                               JSON_REAL_PRECISION(15));
+    *out = json_dumps(doc,
+                      JSON_SORT_KEYS | JSON_COMPACT | JSON_REAL_PRECISION(15));
     if (*out == NULL)
         rc = oom();
 done:
@@ -1298,10 +1312,14 @@ void cnx_reprocess_view_detach(cnx_reprocess_view *view)
 static const char *slo_word(cnx_slo slo)
 {
     switch (slo) {
-    case CNX_SLO_AT_RISK: return "AT RISK";
-    case CNX_SLO_MISSED: return "MISSED";
-    case CNX_SLO_MET: return "met";
-    default: return "ok";
+    case CNX_SLO_AT_RISK:
+        return "AT RISK";
+    case CNX_SLO_MISSED:
+        return "MISSED";
+    case CNX_SLO_MET:
+        return "met";
+    default:
+        return "ok";
     }
 }
 
@@ -1316,15 +1334,16 @@ static void draw_block(cnx_reprocess_view *v, int64_t now, FILE *f)
     for (size_t i = 0; i < v->nstages; i++) {
         const view_stage *s = &v->stages[i];
         int64_t total = s->n[0], done = s->n[1];
-        int fill = total > 0 ? (int)((done > total ? total : done) *
-                                     BAR_WIDTH / total)
-                             : 0;
+        int fill =
+            total > 0 ? (int)((done > total ? total : done) * BAR_WIDTH / total)
+                      : 0;
         char bar[BAR_WIDTH + 1];
         for (int b = 0; b < BAR_WIDTH; b++)
             bar[b] = b < fill ? '#' : '.';
         bar[BAR_WIDTH] = '\0';
-        fprintf(f, "\r\033[2K%-12.12s [%s] %5lld/%-5lld %lld running, "
-                   "%lld failed, %lld dead",
+        fprintf(f,
+                "\r\033[2K%-12.12s [%s] %5lld/%-5lld %lld running, "
+                "%lld failed, %lld dead",
                 s->stage, bar, (long long)done, (long long)total,
                 (long long)s->n[2], (long long)s->n[3], (long long)s->n[4]);
         if (s->n[5] > 0)
@@ -1339,8 +1358,8 @@ static void draw_block(cnx_reprocess_view *v, int64_t now, FILE *f)
     color = v->slo == CNX_SLO_AT_RISK  ? "\033[33m"
             : v->slo == CNX_SLO_MISSED ? "\033[31m"
                                        : "";
-    fprintf(f, "\r\033[2KETA %s vs deadline %s (%s%s%s%s)\n", eta, dl,
-            color, slo_word(v->slo), color[0] != '\0' ? "\033[0m" : "",
+    fprintf(f, "\r\033[2KETA %s vs deadline %s (%s%s%s%s)\n", eta, dl, color,
+            slo_word(v->slo), color[0] != '\0' ? "\033[0m" : "",
             v->urgent ? ", urgent lane" : "");
     /* A shorter block than before: clear the rest and come back up. */
     if (v->drawn > lines) {
@@ -1357,8 +1376,9 @@ static void print_changes(cnx_reprocess_view *v, FILE *f)
         view_stage *s = &v->stages[i];
         if (s->ever_shown && memcmp(s->n, s->shown, sizeof(s->n)) == 0)
             continue;
-        fprintf(f, "cnx-reprocess: %s: %lld/%lld done, %lld running, %lld "
-                   "failed attempts, %lld dead",
+        fprintf(f,
+                "cnx-reprocess: %s: %lld/%lld done, %lld running, %lld "
+                "failed attempts, %lld dead",
                 s->stage, (long long)s->n[1], (long long)s->n[0],
                 (long long)s->n[2], (long long)s->n[3], (long long)s->n[4]);
         if (s->n[5] > 0)
@@ -1462,8 +1482,8 @@ int cnx_reprocess_view_update(cnx_reprocess_view *view,
     return text_close(&t, out);
 }
 
-int cnx_reprocess_view_tick(cnx_reprocess_view *view, double mono,
-                            int64_t now, char **out)
+int cnx_reprocess_view_tick(cnx_reprocess_view *view, double mono, int64_t now,
+                            char **out)
 {
     text t;
     int rc;

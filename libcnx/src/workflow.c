@@ -55,8 +55,8 @@ static int nomem(void)
 }
 
 /*
- * An identifier of 1..max characters: the first from first_class, the rest
- * from a-z 0-9 and extra.
+ * An identifier of 1..max characters: the first a letter a-z when
+ * letter_first, every one from a-z 0-9 and extra.
  */
 static int ident_ok(const char *s, size_t max, int letter_first,
                     const char *extra)
@@ -107,8 +107,9 @@ static int check_path(const char *s, const char *path, int versioned)
         return bad(path, "must be a path of 1 to %d characters",
                    CNX_WF_PATH_MAX);
     if (s[0] == '/')
-        return bad(path, "'%.128s' must be relative to the dataset (no "
-                         "leading '/')",
+        return bad(path,
+                   "'%.128s' must be relative to the dataset (no "
+                   "leading '/')",
                    s);
     for (size_t i = 0; i <= n; i++) {
         char c = s[i];
@@ -118,30 +119,32 @@ static int check_path(const char *s, const char *path, int versioned)
                 return bad(path, "'%.128s' has an empty component", s);
             if ((len == 1 && s[start] == '.') ||
                 (len == 2 && s[start] == '.' && s[start + 1] == '.'))
-                return bad(path, "'%.128s' must not have a '.' or '..' "
-                                 "component",
+                return bad(path,
+                           "'%.128s' must not have a '.' or '..' "
+                           "component",
                            s);
             start = i + 1;
             continue;
         }
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
               (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
-            return bad(path, "'%.128s': character '%c' not allowed "
-                             "(allowed: A-Z a-z 0-9 . _ - and '/' between "
-                             "components)",
+            return bad(path,
+                       "'%.128s': character '%c' not allowed "
+                       "(allowed: A-Z a-z 0-9 . _ - and '/' between "
+                       "components)",
                        s, c >= 0x20 && c < 0x7f ? c : '?');
     }
     if (!versioned)
         return 0;
     last = strrchr(s, '/');
     last = last ? last + 1 : s;
-    if (last[0] != 'v' || last[1] < '1' || last[1] > '9' ||
-        strlen(last) > 10 ||
+    if (last[0] != 'v' || last[1] < '1' || last[1] > '9' || strlen(last) > 10 ||
         strspn(last + 1, "0123456789") != strlen(last + 1))
-        return bad(path, "'%.128s' is not a versioned namespace: its last "
-                         "component must be v<positive integer> (e.g. "
-                         "'%.64s/v1')",
-                   s, last == s ? s : "pyramid");
+        return bad(path,
+                   "'%.128s' is not a versioned namespace: its last "
+                   "component must be v<positive integer>, as in "
+                   "'pyramid/v1'",
+                   s);
     return 0;
 }
 
@@ -205,8 +208,9 @@ static int parse_input(raw_stage *rs, size_t k, const char *role,
         if (strlen(s) == 0 || strlen(s) >= CNX_SCALE_KEY_MAX ||
             strchr(s, '/') != NULL || strcmp(s, ".") == 0 ||
             strcmp(s, "..") == 0)
-            return bad(sub, "must be a scale key (1 to %d characters, no "
-                            "'/')",
+            return bad(sub,
+                       "must be a scale key (1 to %d characters, no "
+                       "'/')",
                        CNX_SCALE_KEY_MAX - 1);
         rc = dup_into(&in->scale, s);
     }
@@ -223,8 +227,8 @@ static int cmp_input(const void *a, const void *b)
 static void sort_inputs(raw_stage *rs)
 {
     for (size_t i = 1; i < rs->st.ninputs; i++) {
-        for (size_t j = i; j > 0 && cmp_input(&rs->st.inputs[j - 1],
-                                              &rs->st.inputs[j]) > 0;
+        for (size_t j = i;
+             j > 0 && cmp_input(&rs->st.inputs[j - 1], &rs->st.inputs[j]) > 0;
              j--) {
             cnx_wf_input t = rs->st.inputs[j];
             char name[33];
@@ -239,8 +243,8 @@ static void sort_inputs(raw_stage *rs)
 
 static int parse_output(cnx_wf_stage *st, const json_t *v, const char *spath)
 {
-    static const char *const keys[] = {"layer", "type", "data_type",
-                                       "encoding", NULL};
+    static const char *const keys[] = {"layer", "type", "data_type", "encoding",
+                                       NULL};
     char path[96], sub[128];
     const char *s;
     int rc;
@@ -335,8 +339,8 @@ static int parse_depends(raw_stage *rs, const json_t *v, const char *spath)
 static int parse_stage(raw_stage *rs, const json_t *js, size_t idx)
 {
     static const char *const keys[] = {
-        "name",   "worker",     "kind",  "kernel_version", "inputs",
-        "output", "parameters", "halo",  "task_size",      "retry_budget",
+        "name",    "worker",     "kind", "kernel_version", "inputs",
+        "output",  "parameters", "halo", "task_size",      "retry_budget",
         "lease_s", "depends_on", NULL};
     cnx_wf_stage *st = &rs->st;
     char spath[32], path[96];
@@ -396,7 +400,8 @@ static int parse_stage(raw_stage *rs, const json_t *js, size_t idx)
         return bad(path, "must be an object of role -> input");
     if (json_object_size(v) < 1 || json_object_size(v) > CNX_WF_MAX_INPUTS)
         return bad(path, "must have 1 to %d inputs", CNX_WF_MAX_INPUTS);
-    json_object_foreach((json_t *)v, role, in) {
+    json_object_foreach((json_t *)v, role, in)
+    {
         size_t k = st->ninputs++;
         rc = parse_input(rs, k, role, in, spath);
         if (rc != 0)
@@ -446,9 +451,9 @@ static int parse_stage(raw_stage *rs, const json_t *js, size_t idx)
 
     snprintf(path, sizeof(path), "%s.lease_s", spath);
     v = json_object_get(js, "lease_s");
-    if (v != NULL && (!json_is_number(v) || !(json_number_value(v) > 0.0) ||
-                      !isfinite(json_number_value(v)) ||
-                      json_number_value(v) > 1e9))
+    if (v != NULL &&
+        (!json_is_number(v) || !(json_number_value(v) > 0.0) ||
+         !isfinite(json_number_value(v)) || json_number_value(v) > 1e9))
         return bad(path, "must be a number of seconds > 0");
     st->lease_s = v ? json_number_value(v) : 600.0;
 
@@ -533,8 +538,8 @@ static int resolve(raw_stage *rs, size_t n, const char *wname)
                     "workflow %s: stage %s: output layer '%.128s' is also "
                     "an external input (stage %s, input %s); read a "
                     "stage's output with {\"stage\": \"%s\"}",
-                    wname, rs[i].st.name, rs[i].st.output_layer,
-                    rs[j].st.name, in->role, rs[i].st.name);
+                    wname, rs[i].st.name, rs[i].st.output_layer, rs[j].st.name,
+                    in->role, rs[i].st.name);
             }
         }
     }
@@ -652,8 +657,7 @@ static int parse_tree(cnx_workflow *wf, const json_t *js)
     int rc;
 
     if (!json_is_object(js))
-        return cnx_error_set(CNX_ESCHEMA, 0,
-                             "workflow: must be a JSON object");
+        return cnx_error_set(CNX_ESCHEMA, 0, "workflow: must be a JSON object");
     rc = cnx__json_only_keys(js, keys, CNX_ESCHEMA, "workflow");
     if (rc != 0)
         return rc;

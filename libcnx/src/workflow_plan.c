@@ -152,8 +152,7 @@ static void fmt_box(const cnx_box *b, char *buf, size_t n)
     snprintf(buf, n,
              "%" PRId64 ",%" PRId64 ",%" PRId64 "-%" PRId64 ",%" PRId64
              ",%" PRId64,
-             b->min[0], b->min[1], b->min[2], b->max[0], b->max[1],
-             b->max[2]);
+             b->min[0], b->min[1], b->min[2], b->max[0], b->max[1], b->max[2]);
 }
 
 /* ---- worker rules ------------------------------------------------------- */
@@ -219,8 +218,7 @@ static const worker_rule default_rule = {NULL, rule_same, 0};
 
 static const worker_rule *rule_for(const char *worker)
 {
-    for (size_t i = 0; i < sizeof(worker_rules) / sizeof(worker_rules[0]);
-         i++)
+    for (size_t i = 0; i < sizeof(worker_rules) / sizeof(worker_rules[0]); i++)
         if (strcmp(worker_rules[i].worker, worker) == 0)
             return &worker_rules[i];
     return &default_rule;
@@ -308,8 +306,7 @@ int cnx_plan_read_externals(cnx_plan_external **ext, size_t *next,
         if (rc != 0) {
             char why[sizeof(cnx_error_last()->message)];
             if (rc != CNX_ENOTFOUND && rc != CNX_ECORRUPT &&
-                rc != CNX_EUNSUPPORTED && rc != CNX_ENAME &&
-                rc != CNX_EINVAL) {
+                rc != CNX_EUNSUPPORTED && rc != CNX_ENAME && rc != CNX_EINVAL) {
                 /* storage trouble: keep the code and retriable flag */
                 cnx_error_wrap("workflow %s: stage %s: input %s", wf->name,
                                st->name, in->role);
@@ -332,15 +329,14 @@ int cnx_plan_read_externals(cnx_plan_external **ext, size_t *next,
             size_t off = 0;
             have[0] = '\0';
             for (int k = 0; k < info->nscales && off < sizeof(have); k++)
-                off += (size_t)snprintf(have + off, sizeof(have) - off,
-                                        "%s%s", k ? ", " : "",
-                                        info->scales[k].key);
+                off += (size_t)snprintf(have + off, sizeof(have) - off, "%s%s",
+                                        k ? ", " : "", info->scales[k].key);
             rc = cnx_error_set(CNX_ESCHEMA, 0,
                                "workflow %s: stage %s: input %s: layer "
                                "'%.128s' in %s has no scale '%s' (it has "
                                "%s)",
-                               wf->name, st->name, in->role, in->layer,
-                               base, in->scale, have);
+                               wf->name, st->name, in->role, in->layer, base,
+                               in->scale, have);
             cnx_layer_free(layer);
             goto done;
         }
@@ -523,39 +519,35 @@ static int derive_geometry(cnx_plan *p, const cnx_plan_external *ext)
                     " vs resolution %g,%g,%g size %" PRId64 ",%" PRId64
                     ",%" PRId64 " offset %" PRId64 ",%" PRId64 ",%" PRId64
                     "); a map stage reads one box of all of them",
-                    wf->name, st->name, ps->inputs[0].role,
-                    ps->inputs[k].role, a->resolution[0], a->resolution[1],
-                    a->resolution[2], a->size[0], a->size[1], a->size[2],
-                    a->voxel_offset[0], a->voxel_offset[1],
-                    a->voxel_offset[2], b->resolution[0], b->resolution[1],
-                    b->resolution[2], b->size[0], b->size[1], b->size[2],
-                    b->voxel_offset[0], b->voxel_offset[1],
+                    wf->name, st->name, ps->inputs[0].role, ps->inputs[k].role,
+                    a->resolution[0], a->resolution[1], a->resolution[2],
+                    a->size[0], a->size[1], a->size[2], a->voxel_offset[0],
+                    a->voxel_offset[1], a->voxel_offset[2], b->resolution[0],
+                    b->resolution[1], b->resolution[2], b->size[0], b->size[1],
+                    b->size[2], b->voxel_offset[0], b->voxel_offset[1],
                     b->voxel_offset[2]);
             }
         }
         memcpy(ps->in_layer, ps->inputs[0].layer, sizeof(ps->in_layer));
         ps->in_scale = ps->inputs[0].scale;
-        ps->out_type = st->out_type >= 0 ? (cnx_layer_type)st->out_type
-                                         : in_type;
-        ps->out_dtype = st->out_dtype >= 0 ? (cnx_dtype)st->out_dtype
-                                           : in_dtype;
+        ps->out_type =
+            st->out_type >= 0 ? (cnx_layer_type)st->out_type : in_type;
+        ps->out_dtype =
+            st->out_dtype >= 0 ? (cnx_dtype)st->out_dtype : in_dtype;
         in = ps->in_scale;
         if (rule->same_format &&
             (ps->out_type != in_type || ps->out_dtype != in_dtype ||
-             (st->out_encoding >= 0 &&
-              st->out_encoding != (int)in.encoding)))
-            return cnx_error_set(CNX_ESCHEMA, 0,
-                                 "workflow %s: stage %s: output: the %s "
-                                 "worker writes its input's type, "
-                                 "data_type and encoding (%s %s %s)",
-                                 wf->name, st->name, st->worker,
-                                 in_type == CNX_LAYER_SEGMENTATION
-                                     ? "segmentation"
-                                     : "image",
-                                 cnx_dtype_name(in_dtype),
-                                 in.encoding == CNX_ENC_CSEG
-                                     ? "compressed_segmentation"
-                                     : "raw");
+             (st->out_encoding >= 0 && st->out_encoding != (int)in.encoding)))
+            return cnx_error_set(
+                CNX_ESCHEMA, 0,
+                "workflow %s: stage %s: output: the %s "
+                "worker writes its input's type, "
+                "data_type and encoding (%s %s %s)",
+                wf->name, st->name, st->worker,
+                in_type == CNX_LAYER_SEGMENTATION ? "segmentation" : "image",
+                cnx_dtype_name(in_dtype),
+                in.encoding == CNX_ENC_CSEG ? "compressed_segmentation"
+                                            : "raw");
         if (st->out_encoding >= 0)
             in.encoding = (cnx_encoding)st->out_encoding;
         rc = rule->out_scale(&in, &ps->out_scale, ps->factor, st->name);
@@ -692,8 +684,8 @@ static int widen(cnx_plan *p)
                              "the halo %" PRId64 " that %s needs",
                              wf->stages[d].halo, wf->stages[d].name);
                 else
-                    snprintf(halos[nr], sizeof(halos[nr]),
-                             "what %s reads", wf->stages[d].name);
+                    snprintf(halos[nr], sizeof(halos[nr]), "what %s reads",
+                             wf->stages[d].name);
                 reasons[nr] = halos[nr];
                 nr++;
             }
@@ -705,16 +697,15 @@ static int widen(cnx_plan *p)
             return cnx_error_set(CNX_EINVAL, 0,
                                  "workflow %s: stage %s: the roi misses its "
                                  "input (scale '%s', voxels %s)",
-                                 wf->name, wf->stages[s].name,
-                                 ps->in_scale.key, a);
+                                 wf->name, wf->stages[s].name, ps->in_scale.key,
+                                 a);
         }
         if (cnx_box_equal(&ps->region, &roi))
             continue;
         for (size_t k = 0; k < nr; k++) {
             size_t len = strlen(why);
             snprintf(why + len, sizeof(why) - len, "%s%s",
-                     k == 0 ? "" : (k + 1 == nr ? " and " : ", "),
-                     reasons[k]);
+                     k == 0 ? "" : (k + 1 == nr ? " and " : ", "), reasons[k]);
         }
         fmt_box(&roi, a, sizeof(a));
         fmt_box(&ps->region, b, sizeof(b));
@@ -750,9 +741,9 @@ static int set_axes(cnx_plan *p, size_t s, const cnx_box *boxes, size_t n)
     int64_t *m;
 
     /* Boxes come in z, y, x order: count the cells of each axis. */
-    for (cnt[0] = 1; (size_t)cnt[0] < n &&
-                     boxes[cnt[0]].min[1] == boxes[0].min[1] &&
-                     boxes[cnt[0]].min[2] == boxes[0].min[2];
+    for (cnt[0] = 1;
+         (size_t)cnt[0] < n && boxes[cnt[0]].min[1] == boxes[0].min[1] &&
+         boxes[cnt[0]].min[2] == boxes[0].min[2];
          cnt[0]++)
         ;
     for (cnt[1] = 1; (size_t)(cnt[1] * cnt[0]) < n &&
@@ -1051,8 +1042,7 @@ int cnx_plan_inputs(const cnx_plan *p, size_t t, size_t **ids, size_t *n)
     return listing(p, t, ids, n, walk_inputs);
 }
 
-int cnx_plan_dependents(const cnx_plan *p, size_t t, size_t **ids,
-                        size_t *n)
+int cnx_plan_dependents(const cnx_plan *p, size_t t, size_t **ids, size_t *n)
 {
     return listing(p, t, ids, n, walk_dependents);
 }
@@ -1071,9 +1061,9 @@ ssize_t cnx_plan_find(const cnx_plan *p, size_t stage, const cnx_box *roi)
             ax->rmax[c[i]] != roi->max[i])
             return -1;
     }
-    return (ssize_t)(p->stages[stage].first +
-                     (size_t)((c[2] * sl->ax[1].n + c[1]) * sl->ax[0].n +
-                              c[0]));
+    return (
+        ssize_t)(p->stages[stage].first +
+                 (size_t)((c[2] * sl->ax[1].n + c[1]) * sl->ax[0].n + c[0]));
 }
 
 int cnx_plan_new_with(cnx_plan **out, const cnx_workflow *wf,
@@ -1127,8 +1117,8 @@ int cnx_plan_new_with(cnx_plan **out, const cnx_workflow *wf,
             rc = cnx_error_set(CNX_EINVAL, 0,
                                "plan: roi %s misses the data of stage %s "
                                "(scale '%s', voxels %s)",
-                               a, wf->stages[0].name,
-                               p->stages[0].in_scale.key, b);
+                               a, wf->stages[0].name, p->stages[0].in_scale.key,
+                               b);
             goto fail;
         }
         p->roi = *roi;
@@ -1143,8 +1133,10 @@ int cnx_plan_new_with(cnx_plan **out, const cnx_workflow *wf,
     for (size_t t = 0; t < p->ntasks; t++) {
         size_t n = walk_inputs(p, t, NULL);
         if (n > UINT32_MAX) {
-            rc = cnx_error_set(CNX_ETOOBIG, 0, "plan: task %zu waits for "
-                               "%zu tasks", t, n);
+            rc = cnx_error_set(CNX_ETOOBIG, 0,
+                               "plan: task %zu waits for "
+                               "%zu tasks",
+                               t, n);
             goto fail;
         }
         p->tasks[t].ndeps = (uint32_t)n;
@@ -1231,8 +1223,8 @@ static int task_inputs(const cnx_plan *p, size_t t, cnx_plan_lookup_fn lookup,
                 for (g[0] = lo[0]; g[0] < hi[0]; g[0]++) {
                     cnx_box cb = cnx_grid_chunk_box(&grid, g);
                     char name[512], digest[CNX_DIGEST_LEN];
-                    int rc = cnx_layer_chunk_name(&info, 0, &cb, name,
-                                                  sizeof(name));
+                    int rc =
+                        cnx_layer_chunk_name(&info, 0, &cb, name, sizeof(name));
                     if (rc == 0)
                         rc = lookup(ctx, in->role, in->layer, name, digest);
                     if (rc != 0)
@@ -1283,14 +1275,13 @@ int cnx_plan_task_json(const cnx_plan *p, size_t t, const char *request,
     js = json_pack("{s:s,s:s,s:s,s:I,s:{s:o,s:o},s:I,s:O,s:{s:s,s:s},s:O,"
                    "s:s,s:I,s:s}",
                    "schema", CNX_TASK_SCHEMA, "request", request, "stage",
-                   st->worker, "kernel_version",
-                   (json_int_t)st->kernel_version, "roi", "min",
-                   ivec(task->roi.min), "max", ivec(task->roi.max), "halo",
-                   (json_int_t)st->halo, "inputs", inputs, "output", "layer",
-                   ps->out_layer, "scale", ps->out_scale.key, "parameters",
-                   params, "deadline", deadline, "retry_budget",
-                   (json_int_t)st->retry_budget, "priority",
-                   urgent ? "urgent" : "bulk");
+                   st->worker, "kernel_version", (json_int_t)st->kernel_version,
+                   "roi", "min", ivec(task->roi.min), "max",
+                   ivec(task->roi.max), "halo", (json_int_t)st->halo, "inputs",
+                   inputs, "output", "layer", ps->out_layer, "scale",
+                   ps->out_scale.key, "parameters", params, "deadline",
+                   deadline, "retry_budget", (json_int_t)st->retry_budget,
+                   "priority", urgent ? "urgent" : "bulk");
     text = js ? cnx__json_canonical(js) : NULL;
     if (text == NULL) {
         rc = nomem();
@@ -1298,8 +1289,8 @@ int cnx_plan_task_json(const cnx_plan *p, size_t t, const char *request,
     }
     rc = cnx_task_parse(&check, text, strlen(text));
     if (rc != 0) {
-        cnx_error_wrap("workflow %s: stage %s: task %zu", p->wf->name,
-                       st->name, t);
+        cnx_error_wrap("workflow %s: stage %s: task %zu", p->wf->name, st->name,
+                       t);
         goto done;
     }
     *json = text;
@@ -1339,18 +1330,15 @@ static int check_output(const cnx_plan *p, size_t s, cnx_layer *layer)
 
     if (info->type != ps->out_type || info->dtype != ps->out_dtype ||
         info->channels != ps->out_channels)
-        return cnx_error_set(CNX_EIMMUTABLE, 0,
-                             "workflow %s: stage %s: output layer %s exists "
-                             "as %s %s x%" PRId64 ", not %s %s x%" PRId64,
-                             p->wf->name, name, ps->out_layer,
-                             info->type == CNX_LAYER_SEGMENTATION
-                                 ? "segmentation"
-                                 : "image",
-                             cnx_dtype_name(info->dtype), info->channels,
-                             ps->out_type == CNX_LAYER_SEGMENTATION
-                                 ? "segmentation"
-                                 : "image",
-                             cnx_dtype_name(ps->out_dtype), ps->out_channels);
+        return cnx_error_set(
+            CNX_EIMMUTABLE, 0,
+            "workflow %s: stage %s: output layer %s exists "
+            "as %s %s x%" PRId64 ", not %s %s x%" PRId64,
+            p->wf->name, name, ps->out_layer,
+            info->type == CNX_LAYER_SEGMENTATION ? "segmentation" : "image",
+            cnx_dtype_name(info->dtype), info->channels,
+            ps->out_type == CNX_LAYER_SEGMENTATION ? "segmentation" : "image",
+            cnx_dtype_name(ps->out_dtype), ps->out_channels);
     at = cnx_info_find_scale(info, ps->out_scale.key);
     if (at >= 0 && !same_scale(&info->scales[at], &ps->out_scale))
         return cnx_error_set(CNX_EIMMUTABLE, 0,

@@ -26,7 +26,7 @@ cleanup() {
         [ -n "$p" ] && kill -KILL "$p" 2>/dev/null
     done
     wait 2>/dev/null
-    [ -n "${KEEP:-}" ] || rm -rf "$tmp"; echo "$tmp"
+    if [ -n "${KEEP_WORK:-}" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
 
@@ -148,7 +148,7 @@ def finished(rid, outcome="done", slo="met", identical=36, dead=0, never=0,
 
 
 ROI = {"min": [0, 0, 0], "max": [128, 128, 128]}
-violation = {"task_key": KEY, "stage": "ds1", "roi": ROI,
+violation = {"kind": "reproducibility", "task_key": KEY, "stage": "ds1", "roi": ROI,
              "object": "file:///ds/pyramid/v1/16_16_16/0-64_0-64_0-64",
              "expected": D1, "got": D2}
 failure = {"task_key": KEY, "stage": "ds1", "roi": ROI,

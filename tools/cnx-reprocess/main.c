@@ -397,8 +397,17 @@ static int follow(run *r, cnx_consumer *reader, double answer_by,
         case CNX_STATE_PROGRESS:
         case CNX_STATE_SLO:
             /* The controller answers in order (one key, one partition),
-             * so this is past its acceptance. */
+             * so this is past its acceptance (whose message we missed only
+             * if it was lost). */
             accepted = 1;
+            if (!r->wait) {
+                code = CNX_REPROCESS_DONE;
+                if (r->json)
+                    put_json(r, msg, code);
+                else
+                    printf("%s\n", r->request);
+                break;
+            }
             if (!r->quiet && cnx_reprocess_view_update(
                                  view, st, mono, (int64_t)time(NULL),
                                  &txt) == 0)

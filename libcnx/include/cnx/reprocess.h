@@ -166,10 +166,12 @@ typedef struct cnx_state_issue {
     char task_key[CNX_DIGEST_LEN];
     char stage[33];
     cnx_box roi;
-    char *object;                 /* violation: the object's URL */
+    char kind[16];                 /* violation: reproducibility or
+                                    * immutability */
+    char *object;                  /* violation: the object's URL */
     char expected[CNX_DIGEST_LEN]; /* violation */
     char got[CNX_DIGEST_LEN];      /* violation */
-    char *error;                  /* failure */
+    char *error;                   /* failure */
 } cnx_state_issue;
 
 /** A parsed cnx.request-state/1 message. Times are RFC 3339 UTC text
@@ -179,7 +181,7 @@ typedef struct cnx_request_state {
     char request[CNX_REQUEST_ID_MAX + 1];
     char time[32];
     int64_t time_unix;
-    char deadline[32];  /* accepted, progress, slo, finished */
+    char deadline[32]; /* accepted, progress, slo, finished */
     int64_t deadline_unix;
     int64_t tasks;      /* accepted */
     char *error;        /* refused */
@@ -190,18 +192,18 @@ typedef struct cnx_request_state {
     int outcome_failed; /* finished: 0 "done", 1 "failed" */
     char submitted[32]; /* finished */
     int64_t submitted_unix;
-    double elapsed_s;   /* finished */
-    int64_t repeated;   /* finished: tasks done before, in earlier requests */
-    int64_t identical;  /* finished: those with bit-identical outputs */
+    double elapsed_s;  /* finished */
+    int64_t repeated;  /* finished: tasks done before, in earlier requests */
+    int64_t identical; /* finished: those with bit-identical outputs */
     double price_per_core_hour; /* finished: NAN when null */
     size_t nstages;
     cnx_state_stage *stages;
     size_t nnotes;
-    char **notes;       /* accepted */
+    char **notes; /* accepted */
     size_t nviolations;
     cnx_state_issue *violations; /* finished */
     size_t nfailures;
-    cnx_state_issue *failures;   /* finished */
+    cnx_state_issue *failures; /* finished */
 } cnx_request_state;
 
 /**
@@ -238,8 +240,7 @@ const char *cnx_reprocess_exit_name(int code);
  * @param[out] out  free() it
  * @return 0; CNX_ENOMEM.
  */
-int cnx_reprocess_summary_text(const cnx_request_state *finished,
-                               char **out);
+int cnx_reprocess_summary_text(const cnx_request_state *finished, char **out);
 
 /**
  * The answer a message means, as one JSON object for --json: the message
@@ -297,8 +298,8 @@ int cnx_reprocess_view_update(cnx_reprocess_view *view,
  * @param[out] out  free() it
  * @return 0; CNX_ENOMEM.
  */
-int cnx_reprocess_view_tick(cnx_reprocess_view *view, double mono,
-                            int64_t now, char **out);
+int cnx_reprocess_view_tick(cnx_reprocess_view *view, double mono, int64_t now,
+                            char **out);
 
 /**
  * Forget the lines drawn on the terminal, after something else was written

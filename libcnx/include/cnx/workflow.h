@@ -33,10 +33,10 @@ extern "C" {
 #endif
 
 #define CNX_WORKFLOW_SCHEMA "cnx.workflow/1"
-#define CNX_WF_MAX_STAGES 64  /* stages per workflow */
-#define CNX_WF_MAX_INPUTS 16  /* inputs per stage */
-#define CNX_WF_MAX_DEPS 16    /* effective dependencies per stage */
-#define CNX_WF_PATH_MAX 1024  /* a layer path relative to the dataset */
+#define CNX_WF_MAX_STAGES 64 /* stages per workflow */
+#define CNX_WF_MAX_INPUTS 16 /* inputs per stage */
+#define CNX_WF_MAX_DEPS 16   /* effective dependencies per stage */
+#define CNX_WF_PATH_MAX 1024 /* a layer path relative to the dataset */
 
 typedef enum { CNX_WF_MAP = 0, CNX_WF_REDUCE = 1 } cnx_wf_kind;
 
@@ -56,7 +56,7 @@ typedef struct cnx_wf_stage {
     cnx_wf_input inputs[CNX_WF_MAX_INPUTS]; /* sorted by role */
     char *output_layer; /* relative path, e.g. "pyramid/v1" */
     int out_type, out_dtype, out_encoding; /* -1: as the first input */
-    char *parameters;   /* canonical JSON object */
+    char *parameters;                      /* canonical JSON object */
     int64_t halo, task_size[3], retry_budget;
     double lease_s;
     size_t ndeps;
@@ -67,8 +67,8 @@ typedef struct cnx_wf_stage {
 typedef struct cnx_workflow {
     char name[65];
     size_t nstages;
-    cnx_wf_stage *stages; /* topological order */
-    char *json;           /* canonical JSON of the document as given */
+    cnx_wf_stage *stages;        /* topological order */
+    char *json;                  /* canonical JSON of the document as given */
     char digest[CNX_DIGEST_LEN]; /* of json */
 } cnx_workflow;
 
@@ -157,8 +157,8 @@ int cnx_plan_externals_from_json(cnx_plan_external **ext, size_t *next,
 /** One input of a planned stage. */
 typedef struct cnx_plan_input {
     char role[64];
-    char layer[2048];  /* URL */
-    cnx_scale scale;   /* the scale read */
+    char layer[2048]; /* URL */
+    cnx_scale scale;  /* the scale read */
 } cnx_plan_input;
 
 typedef struct cnx_plan_stage {
@@ -170,9 +170,9 @@ typedef struct cnx_plan_stage {
     int64_t task_size[3]; /* rounded to whole input chunks */
     size_t first, count;  /* its tasks are plan->tasks[first, first+count) */
     /* additions */
-    cnx_box roi;          /* the requested roi in input-scale voxels,
-                           * clipped to the input bounds, before widening */
-    int64_t factor[3];    /* output voxel = input voxel / factor */
+    cnx_box roi;       /* the requested roi in input-scale voxels,
+                        * clipped to the input bounds, before widening */
+    int64_t factor[3]; /* output voxel = input voxel / factor */
     cnx_layer_type out_type;
     cnx_dtype out_dtype;
     int64_t out_channels;
@@ -192,7 +192,7 @@ typedef struct cnx_plan_lattice cnx_plan_lattice; /* private */
 typedef struct cnx_plan {
     const cnx_workflow *wf; /* borrowed: must outlive the plan */
     char dataset[2048];     /* without trailing slashes */
-    cnx_box roi; /* as requested, first stage's input-scale voxels */
+    cnx_box roi;            /* as requested, first stage's input-scale voxels */
     size_t nstages;
     cnx_plan_stage *stages;
     size_t ntasks;
@@ -248,8 +248,7 @@ int cnx_plan_inputs(const cnx_plan *p, size_t t, size_t **ids, size_t *n);
  * @param[out] ids  caller frees with free() (NULL when *n is 0)
  * @return 0; CNX_ENOMEM.
  */
-int cnx_plan_dependents(const cnx_plan *p, size_t t, size_t **ids,
-                        size_t *n);
+int cnx_plan_dependents(const cnx_plan *p, size_t t, size_t **ids, size_t *n);
 
 /** @return the index of the task of stage with exactly this roi, or -1. */
 ssize_t cnx_plan_find(const cnx_plan *p, size_t stage, const cnx_box *roi);

@@ -15,17 +15,20 @@
 
 #define NOW ((int64_t)1795348800) /* 2026-11-22T12:00:00Z */
 
-#define KEY "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-#define DG1 "sha256:1111111111111111111111111111111111111111111111111111111111111111"
-#define DG2 "sha256:2222222222222222222222222222222222222222222222222222222222222222"
+#define KEY                                                                    \
+    "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define DG1                                                                    \
+    "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+#define DG2                                                                    \
+    "sha256:2222222222222222222222222222222222222222222222222222222222222222"
 
 /* The last error's message contains every one of the words. */
 static void assert_error_names(const char *a, const char *b)
 {
     const char *msg = cnx_error_last()->message;
     if (strstr(msg, a) == NULL || (b != NULL && strstr(msg, b) == NULL))
-        fail_msg("error '%s' does not name '%s'%s%s", msg, a,
-                 b ? " and " : "", b ? b : "");
+        fail_msg("error '%s' does not name '%s'%s%s", msg, a, b ? " and " : "",
+                 b ? b : "");
 }
 
 /* ---- arguments ------------------------------------------------------- */
@@ -35,21 +38,20 @@ static void test_reprocess__durations_parse_and_name_what_is_wrong(void **s)
     static const struct {
         const char *text;
         int64_t seconds;
-    } good[] = {{"90s", 90}, {"30m", 1800}, {"24h", 86400}, {"2d", 172800},
+    } good[] = {{"90s", 90},
+                {"30m", 1800},
+                {"24h", 86400},
+                {"2d", 172800},
                 {"3650d", 3650 * 86400LL}};
     static const struct {
         const char *text;
         const char *names;
-    } bad[] = {{"", "want a whole number"},
-               {"h", "want a whole number"},
-               {"24", "want a whole number"},
-               {"24x", "want a whole number"},
-               {"-5m", "want a whole number"},
-               {"1.5h", "want a whole number"},
-               {" 5m", "want a whole number"},
-               {"0h", "at least 1"},
-               {"3651d", "3650 days"},
-               {"99999999999999999999s", "3650 days"}};
+    } bad[] = {
+        {"", "want a whole number"},    {"h", "want a whole number"},
+        {"24", "want a whole number"},  {"24x", "want a whole number"},
+        {"-5m", "want a whole number"}, {"1.5h", "want a whole number"},
+        {" 5m", "want a whole number"}, {"0h", "at least 1"},
+        {"3651d", "3650 days"},         {"99999999999999999999s", "3650 days"}};
     int64_t v;
     (void)s;
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
@@ -78,8 +80,7 @@ static void test_reprocess__deadline_is_a_duration_or_a_future_time(void **s)
     assert_int_equal(cnx_reprocess_deadline_parse("tomorrow", NOW, &t),
                      CNX_EINVAL);
     assert_error_names("--deadline", "RFC 3339");
-    assert_int_equal(cnx_reprocess_deadline_parse("0d", NOW, &t),
-                     CNX_EINVAL);
+    assert_int_equal(cnx_reprocess_deadline_parse("0d", NOW, &t), CNX_EINVAL);
     assert_error_names("--deadline", "at least 1");
     assert_int_equal(
         cnx_reprocess_deadline_parse("2026-11-23T13:00:00+01:00", NOW, &t),
@@ -105,8 +106,7 @@ static void test_reprocess__roi_needs_six_integers_max_over_min(void **s)
     assert_int_equal(b.min[1], -5);
     assert_int_equal(b.max[2], 266);
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        assert_int_equal(cnx_reprocess_roi_parse(bad[i].text, &b),
-                         CNX_EINVAL);
+        assert_int_equal(cnx_reprocess_roi_parse(bad[i].text, &b), CNX_EINVAL);
         assert_error_names("--roi", bad[i].names);
     }
 }
@@ -157,8 +157,7 @@ static void test_reprocess__dataset_urls_and_local_directories(void **s)
     assert_int_equal(cnx_reprocess_dataset_url("s3://bucket/ds", &url), 0);
     assert_string_equal(url, "s3://bucket/ds");
     free(url);
-    assert_int_equal(cnx_reprocess_dataset_url("ftp://x/y", &url),
-                     CNX_EINVAL);
+    assert_int_equal(cnx_reprocess_dataset_url("ftp://x/y", &url), CNX_EINVAL);
     assert_error_names("--dataset", "must start with");
     assert_null(url);
     assert_int_equal(cnx_reprocess_dataset_url("file:///a/../b", &url),
@@ -235,10 +234,10 @@ static void test_reprocess__request_embeds_the_canonical_workflow(void **s)
     assert_true(json_is_true(json_object_get(doc, "reuse")));
     assert_string_equal(json_string_value(json_object_get(doc, "submitter")),
                         "ana@lab");
-    assert_int_equal(json_integer_value(json_array_get(
-                         json_object_get(json_object_get(doc, "roi"), "max"),
-                         2)),
-                     128);
+    assert_int_equal(
+        json_integer_value(json_array_get(
+            json_object_get(json_object_get(doc, "roi"), "max"), 2)),
+        128);
     wf_back = cnx__json_canonical(json_object_get(doc, "workflow"));
     assert_non_null(wf_back);
     assert_string_equal(wf_back, wf->json);
@@ -281,57 +280,76 @@ static void test_reprocess__request_embeds_the_canonical_workflow(void **s)
 
 /* ---- state messages ------------------------------------------------------ */
 
-#define HEAD(type) \
-    "{\"schema\":\"cnx.request-state/1\",\"request\":\"r1\",\"type\":\"" \
-    type "\",\"time\":\"2026-11-22T12:00:05Z\","
+#define HEAD(type)                                                             \
+    "{\"schema\":\"cnx.request-state/1\",\"request\":\"r1\",\"type\":\"" type  \
+    "\",\"time\":\"2026-11-22T12:00:05Z\","
 
-static const char accepted_msg[] =
-    HEAD("accepted")
-    "\"deadline\":\"2026-11-23T12:00:00Z\",\"tasks\":36,"
-    "\"stages\":[{\"stage\":\"ds1\",\"worker\":\"downsample\",\"kind\":"
-    "\"map\",\"tasks\":32,\"region\":{\"min\":[0,0,0],\"max\":[512,512,256]},"
-    "\"scale\":\"8_8_8\",\"output\":{\"layer\":\"file:///d/pyramid/v1\","
-    "\"scale\":\"16_16_16\"}},{\"stage\":\"ds2\",\"worker\":\"downsample\","
-    "\"kind\":\"reduce\",\"tasks\":4,\"region\":{\"min\":[0,0,0],\"max\":"
-    "[256,256,128]},\"scale\":\"16_16_16\",\"output\":{\"layer\":"
-    "\"file:///d/pyramid/v1\",\"scale\":\"32_32_32\"}}],"
-    "\"notes\":[\"ds1: region widened to whole chunks\"]}";
+static const char accepted_msg[] = HEAD(
+    "accepted") "\"deadline\":\"2026-11-23T12:00:00Z\",\"tasks\":36,"
+                "\"stages\":[{\"stage\":\"ds1\",\"worker\":\"downsample\","
+                "\"kind\":"
+                "\"map\",\"tasks\":32,\"region\":{\"min\":[0,0,0],\"max\":[512,"
+                "512,256]},"
+                "\"scale\":\"8_8_8\",\"output\":{\"layer\":\"file:///d/pyramid/"
+                "v1\","
+                "\"scale\":\"16_16_16\"}},{\"stage\":\"ds2\",\"worker\":"
+                "\"downsample\","
+                "\"kind\":\"reduce\",\"tasks\":4,\"region\":{\"min\":[0,0,0],"
+                "\"max\":"
+                "[256,256,128]},\"scale\":\"16_16_16\",\"output\":{\"layer\":"
+                "\"file:///d/pyramid/v1\",\"scale\":\"32_32_32\"}}],"
+                "\"notes\":[\"ds1: region widened to whole chunks\"]}";
 
 static const char progress_msg[] =
-    HEAD("progress")
-    "\"deadline\":\"2026-11-23T12:00:00Z\",\"eta\":\"2026-11-22T12:30:00.5Z\","
-    "\"slo\":\"at_risk\",\"urgent\":true,\"stages\":[{\"stage\":\"ds1\","
-    "\"total\":32,\"done\":10,\"running\":2,\"failed\":1,\"dead\":0,"
-    "\"reused\":3}]}";
+    HEAD("progress") "\"deadline\":\"2026-11-23T12:00:00Z\",\"eta\":\"2026-11-"
+                     "22T12:30:00.5Z\","
+                     "\"slo\":\"at_risk\",\"urgent\":true,\"stages\":[{"
+                     "\"stage\":\"ds1\","
+                     "\"total\":32,\"done\":10,\"running\":2,\"failed\":1,"
+                     "\"dead\":0,"
+                     "\"reused\":3}]}";
 
 static const char slo_msg[] =
-    HEAD("slo")
-    "\"slo\":\"missed\",\"eta\":null,\"deadline\":\"2026-11-23T12:00:00Z\"}";
+    HEAD("slo") "\"slo\":\"missed\",\"eta\":null,\"deadline\":\"2026-11-23T12:"
+                "00:00Z\"}";
 
 static const char refused_msg[] =
     HEAD("refused") "\"error\":\"workflow pyr: dataset has no raw/v1\"}";
 
-static const char finished_msg[] =
-    HEAD("finished")
-    "\"outcome\":\"failed\",\"submitted\":\"2026-11-22T12:00:00Z\","
-    "\"deadline\":\"2026-11-23T12:00:00Z\",\"elapsed_s\":12.5,\"slo\":"
-    "\"met\",\"repeated\":36,\"identical\":35,\"stages\":[{\"stage\":\"ds1\","
-    "\"worker\":\"downsample\",\"total\":32,\"done\":31,\"dead\":1,"
-    "\"never_run\":0,\"reused\":0,\"attempts\":35,\"voxels\":67108864,"
-    "\"cpu_s\":3.2,\"wall_s\":4.1,\"bytes_read\":1000000,\"bytes_written\":"
-    "500000,\"mvx_per_s\":16.4,\"core_hours\":0.00089,\"mm3\":0.000034,"
-    "\"gb_per_mm3\":44.1,\"usd_per_mm3\":null},{\"stage\":\"ds2\",\"worker\":"
-    "\"downsample\",\"total\":4,\"done\":0,\"dead\":0,\"never_run\":4,"
-    "\"reused\":0,\"attempts\":0,\"voxels\":0,\"cpu_s\":0,\"wall_s\":0,"
-    "\"bytes_read\":0,\"bytes_written\":0,\"mvx_per_s\":null,\"core_hours\":0,"
-    "\"mm3\":0,\"gb_per_mm3\":null,\"usd_per_mm3\":null}],"
-    "\"violations\":[{\"task_key\":\"" KEY "\",\"stage\":\"ds1\",\"roi\":"
-    "{\"min\":[0,0,0],\"max\":[128,128,128]},\"object\":"
-    "\"file:///d/pyramid/v1/16_16_16/0-64_0-64_0-64\",\"expected\":\"" DG1
-    "\",\"got\":\"" DG2 "\"}],"
-    "\"failures\":[{\"task_key\":\"" KEY "\",\"stage\":\"ds1\",\"roi\":"
-    "{\"min\":[128,0,0],\"max\":[256,128,128]},\"error\":\"EDIGEST: input "
-    "0-128_0-128_0-128 does not match\"}],\"price_per_core_hour\":0.05}";
+static const char finished_msg[] = HEAD(
+    "finished") "\"outcome\":\"failed\",\"submitted\":\"2026-11-22T12:00:00Z\","
+                "\"deadline\":\"2026-11-23T12:00:00Z\",\"elapsed_s\":12.5,"
+                "\"slo\":"
+                "\"met\",\"repeated\":36,\"identical\":35,\"stages\":[{"
+                "\"stage\":\"ds1\","
+                "\"worker\":\"downsample\",\"total\":32,\"done\":31,\"dead\":1,"
+                "\"never_run\":0,\"reused\":0,\"attempts\":35,\"voxels\":"
+                "67108864,"
+                "\"cpu_s\":3.2,\"wall_s\":4.1,\"bytes_read\":1000000,\"bytes_"
+                "written\":"
+                "500000,\"mvx_per_s\":16.4,\"core_hours\":0.00089,\"mm3\":0."
+                "000034,"
+                "\"gb_per_mm3\":44.1,\"usd_per_mm3\":null},{\"stage\":\"ds2\","
+                "\"worker\":"
+                "\"downsample\",\"total\":4,\"done\":0,\"dead\":0,\"never_"
+                "run\":4,"
+                "\"reused\":0,\"attempts\":0,\"voxels\":0,\"cpu_s\":0,\"wall_"
+                "s\":0,"
+                "\"bytes_read\":0,\"bytes_written\":0,\"mvx_per_s\":null,"
+                "\"core_hours\":0,"
+                "\"mm3\":0,\"gb_per_mm3\":null,\"usd_per_mm3\":null}],"
+                "\"violations\":[{\"kind\":\"reproducibility\",\"task_key\":\"" KEY
+                "\",\"stage\":\"ds1\",\"roi\":"
+                "{\"min\":[0,0,0],\"max\":[128,128,128]},\"object\":"
+                "\"file:///d/pyramid/v1/16_16_16/"
+                "0-64_0-64_0-64\",\"expected\":\"" DG1 "\",\"got\":\"" DG2
+                "\"}],"
+                "\"failures\":[{\"task_key\":\"" KEY
+                "\",\"stage\":\"ds1\",\"roi\":"
+                "{\"min\":[128,0,0],\"max\":[256,128,128]},\"error\":\"EDIGEST:"
+                " input "
+                "0-128_0-128_0-128 does not "
+                "match\"}],\"price_per_core_hour\":0.05}";
 
 static cnx_request_state *parse_ok(const char *msg)
 {
@@ -475,19 +493,15 @@ static void test_reprocess__malformed_state_messages_name_the_field(void **s)
          "\"deadline\":\"2026-13-23T12:00:00Z\"", "deadline"},
         {refused_msg, "\"error\":\"workflow", "\"error\":\"\\nworkflow",
          "error"},
-        {refused_msg, "\"type\":\"refused\"", "\"type\":\"rejected\"",
-         "type"},
-        {refused_msg, "\"request\":\"r1\"", "\"request\":\"r 1\"",
-         "request"},
+        {refused_msg, "\"type\":\"refused\"", "\"type\":\"rejected\"", "type"},
+        {refused_msg, "\"request\":\"r1\"", "\"request\":\"r 1\"", "request"},
         {refused_msg, "\"time\":\"2026-11-22T12:00:05Z\",", "", "time"},
         {slo_msg, "\"eta\":null,", "", "eta: missing"},
         {finished_msg, "\"outcome\":\"failed\"", "\"outcome\":\"ok\"",
          "outcome"},
         {finished_msg, "\"slo\":\"met\"", "\"slo\":\"ok\"", "slo"},
-        {finished_msg, "\"elapsed_s\":12.5", "\"elapsed_s\":-1",
-         "elapsed_s"},
-        {finished_msg, "\"identical\":35", "\"identical\":\"35\"",
-         "identical"},
+        {finished_msg, "\"elapsed_s\":12.5", "\"elapsed_s\":-1", "elapsed_s"},
+        {finished_msg, "\"identical\":35", "\"identical\":\"35\"", "identical"},
         {finished_msg, "\"mvx_per_s\":16.4", "\"mvx_per_s\":\"fast\"",
          "stages[0].mvx_per_s"},
         {finished_msg, "\"cpu_s\":3.2", "\"cpu_s\":null", "stages[0].cpu_s"},
@@ -526,8 +540,7 @@ static void test_reprocess__damaged_state_messages_never_crash(void **s)
         assert_non_null(buf);
         for (size_t cut = 0; cut < n; cut++) {
             cnx_request_state *st = NULL;
-            assert_int_not_equal(cnx_request_state_parse(&st, msgs[m], cut),
-                                 0);
+            assert_int_not_equal(cnx_request_state_parse(&st, msgs[m], cut), 0);
             assert_null(st);
         }
         for (int k = 0; k < 2000; k++) {
@@ -590,12 +603,26 @@ static void test_reprocess__summary_text_has_the_figures(void **s)
     cnx_request_state *st = parse_ok(finished_msg);
     char *text = NULL;
     static const char *const want[] = {
-        "request r1: failed", "12.5 s", "SLO met", "ds1", "31/32", "0/4",
-        "16.4 MVx/s", "0.00089 core-hours", "3.4e-05 mm³", "44.1 GB/mm³",
-        "no $/mm³", "$0.05/core-hour", "35 of 36 repeated tasks bit-identical",
-        "VIOLATION task " KEY, "expected " DG1, "got      " DG2,
-        "file:///d/pyramid/v1/16_16_16/0-64_0-64_0-64", "FAILED task " KEY,
-        "EDIGEST: input", "[128,0,0]-[256,128,128]",
+        "request r1: failed",
+        "12.5 s",
+        "SLO met",
+        "ds1",
+        "31/32",
+        "0/4",
+        "16.4 MVx/s",
+        "0.00089 core-hours",
+        "3.4e-05 mm³",
+        "44.1 GB/mm³",
+        "no $/mm³",
+        "$0.05/core-hour",
+        "35 of 36 repeated tasks bit-identical",
+        "VIOLATION (reproducibility) task " KEY,
+        "expected " DG1,
+        "got      " DG2,
+        "file:///d/pyramid/v1/16_16_16/0-64_0-64_0-64",
+        "FAILED task " KEY,
+        "EDIGEST: input",
+        "[128,0,0]-[256,128,128]",
         "exit status 3: reproducibility"};
     (void)s;
     assert_int_equal(cnx_reprocess_summary_text(st, &text), 0);
@@ -611,11 +638,10 @@ static void test_reprocess__result_json_adds_exit_code_and_plan(void **s)
     char *out = NULL;
     json_t *doc;
     (void)s;
-    assert_int_equal(cnx_reprocess_result_json(finished_msg,
-                                               strlen(finished_msg),
-                                               accepted_msg,
-                                               strlen(accepted_msg), 3, &out),
-                     0);
+    assert_int_equal(
+        cnx_reprocess_result_json(finished_msg, strlen(finished_msg),
+                                  accepted_msg, strlen(accepted_msg), 3, &out),
+        0);
     doc = json_loads(out, 0, NULL);
     assert_non_null(doc);
     assert_int_equal(json_integer_value(json_object_get(doc, "exit_code")), 3);
@@ -709,24 +735,18 @@ int main(void)
             test_reprocess__deadline_is_a_duration_or_a_future_time),
         cmocka_unit_test(test_reprocess__roi_needs_six_integers_max_over_min),
         cmocka_unit_test(test_reprocess__request_ids_match_the_pattern),
-        cmocka_unit_test(
-            test_reprocess__dataset_urls_and_local_directories),
-        cmocka_unit_test(
-            test_reprocess__request_embeds_the_canonical_workflow),
+        cmocka_unit_test(test_reprocess__dataset_urls_and_local_directories),
+        cmocka_unit_test(test_reprocess__request_embeds_the_canonical_workflow),
         cmocka_unit_test(test_reprocess__state_messages_parse),
-        cmocka_unit_test(
-            test_reprocess__other_schemas_are_skipped_not_errors),
+        cmocka_unit_test(test_reprocess__other_schemas_are_skipped_not_errors),
         cmocka_unit_test(
             test_reprocess__malformed_state_messages_name_the_field),
-        cmocka_unit_test(
-            test_reprocess__damaged_state_messages_never_crash),
+        cmocka_unit_test(test_reprocess__damaged_state_messages_never_crash),
         cmocka_unit_test(test_reprocess__exit_code_table),
         cmocka_unit_test(test_reprocess__summary_text_has_the_figures),
-        cmocka_unit_test(
-            test_reprocess__result_json_adds_exit_code_and_plan),
+        cmocka_unit_test(test_reprocess__result_json_adds_exit_code_and_plan),
         cmocka_unit_test(test_reprocess__plain_progress_at_most_every_5s),
-        cmocka_unit_test(
-            test_reprocess__terminal_progress_redraws_in_place),
+        cmocka_unit_test(test_reprocess__terminal_progress_redraws_in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

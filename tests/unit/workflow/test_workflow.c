@@ -20,11 +20,11 @@
 
 /* ---- documents ----------------------------------------------------------- */
 
-#define WF(name, stages)                                                     \
-    "{\"schema\":\"cnx.workflow/1\",\"name\":\"" name "\",\"stages\":["       \
-    stages "]}"
-#define STAGE(name, worker, rest)                                            \
-    "{\"name\":\"" name "\",\"worker\":\"" worker "\",\"kind\":\"map\","     \
+#define WF(name, stages)                                                       \
+    "{\"schema\":\"cnx.workflow/1\",\"name\":\"" name "\",\"stages\":[" stages \
+    "]}"
+#define STAGE(name, worker, rest)                                              \
+    "{\"name\":\"" name "\",\"worker\":\"" worker "\",\"kind\":\"map\","       \
     "\"kernel_version\":1" rest "}"
 #define IN_LAYER(l) ",\"inputs\":{\"source\":{\"layer\":\"" l "\"}}"
 #define IN_STAGE(s) ",\"inputs\":{\"source\":{\"stage\":\"" s "\"}}"
@@ -129,14 +129,38 @@ static void test_workflow__order_is_stable_topological(void **state)
     /* c needs a; a and b need nothing: a (earliest ready), then c (now
      * ready and earlier in the file than b), then b. */
     cnx_workflow *wf = parse_ok(WF(
-        "w",
-        STAGE("c", "seg", IN_STAGE("a") OUT("c/v1")) ","
-        STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")) ","
-        STAGE("b", "seg", IN_LAYER("image") OUT("b/v1") ",\"depends_on\":[]")
-        ","
-        STAGE("d", "seg",
-              ",\"inputs\":{\"y\":{\"stage\":\"c\"},\"x\":{\"stage\":\"b\"}}"
-              OUT("d/v1") ",\"depends_on\":[\"a\"]")));
+        "w", STAGE("c", "seg", IN_STAGE("a") OUT("c/v1")) "," STAGE(
+                 "a", "seg",
+                 IN_LAYER("image")
+                     OUT("a/v1")) "," STAGE("b", "seg",
+                                            IN_LAYER("image")
+                                                OUT("b/v1") ",\"depends_on\":["
+                                                            "]") "," STAGE("d",
+                                                                           "se"
+                                                                           "g",
+                                                                           ",\""
+                                                                           "inp"
+                                                                           "uts"
+                                                                           "\":"
+                                                                           "{\""
+                                                                           "y\""
+                                                                           ":{"
+                                                                           "\"s"
+                                                                           "tag"
+                                                                           "e\""
+                                                                           ":\""
+                                                                           "c\""
+                                                                           "},"
+                                                                           "\"x"
+                                                                           "\":"
+                                                                           "{\""
+                                                                           "sta"
+                                                                           "ge"
+                                                                           "\":"
+                                                                           "\"b"
+                                                                           "\"}"
+                                                                           "}" OUT(
+                                                                               "d/v1") ",\"depends_on\":[\"a\"]")));
     (void)state;
     assert_int_equal(wf->nstages, 4);
     assert_string_equal(wf->stages[0].name, "a");
@@ -158,38 +182,41 @@ static void test_workflow__order_is_stable_topological(void **state)
 
 struct refusal {
     const char *doc;
-    const char *names;  /* must occur in the message */
-    int schema;         /* 1: the JSON Schema must refuse it too */
+    const char *names; /* must occur in the message */
+    int schema;        /* 1: the JSON Schema must refuse it too */
 };
 
 static const struct refusal refusals[] = {
     {"[1]", "workflow: must be a JSON object", 1},
     {"{\"schema\":", "workflow: malformed JSON", 0},
-    {"{\"schema\":\"cnx.workflow/1\",\"name\":\"w\",\"stages\":["
-     OK_STAGE("a") "],\"extra\":1}",
+    {"{\"schema\":\"cnx.workflow/1\",\"name\":\"w\",\"stages\":[" OK_STAGE(
+         "a") "],\"extra\":1}",
      "workflow: unknown key 'extra'", 1},
-    {"{\"schema\":\"cnx.workflow/2\",\"name\":\"w\",\"stages\":["
-     OK_STAGE("a") "]}", "workflow: schema:", 1},
-    {"{\"name\":\"w\",\"stages\":[" OK_STAGE("a") "]}", "workflow: schema:",
-     1},
+    {"{\"schema\":\"cnx.workflow/2\",\"name\":\"w\",\"stages\":[" OK_STAGE(
+         "a") "]}",
+     "workflow: schema:", 1},
+    {"{\"name\":\"w\",\"stages\":[" OK_STAGE("a") "]}", "workflow: schema:", 1},
     {WF("Pyramid", OK_STAGE("a")), "workflow: name:", 1},
     {WF("p12345678901234567890123456789012345678901234567890123456789012345",
-        OK_STAGE("a")), "workflow: name:", 1},
+        OK_STAGE("a")),
+     "workflow: name:", 1},
     {"{\"schema\":\"cnx.workflow/1\",\"name\":\"w\",\"stages\":[]}",
      "workflow: stages:", 1},
     {"{\"schema\":\"cnx.workflow/1\",\"name\":\"w\",\"description\":5,"
-     "\"stages\":[" OK_STAGE("a") "]}", "workflow: description:", 1},
-    {WF("w", OK_STAGE("a") ",5"), "workflow: stages[1]: must be an object",
-     1},
-    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
-                                   ",\"hallo\":2")),
+     "\"stages\":[" OK_STAGE("a") "]}",
+     "workflow: description:", 1},
+    {WF("w", OK_STAGE("a") ",5"), "workflow: stages[1]: must be an object", 1},
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1") ",\"hallo\":2")),
      "workflow: stages[0]: unknown key 'hallo'", 1},
-    {WF("w", OK_STAGE("a") ","
-        STAGE("b", "seg", ",\"inputs\":{\"source\":{\"layer\":\"image\","
-                          "\"scal\":\"8_8_8\"}}" OUT("b/v1"))),
+    {WF("w",
+        OK_STAGE("a") "," STAGE("b", "seg",
+                                ",\"inputs\":{\"source\":{\"layer\":\"image\","
+                                "\"scal\":\"8_8_8\"}}" OUT("b/v1"))),
      "workflow: stages[1].inputs.source: unknown key 'scal'", 1},
-    {WF("w", STAGE("a", "seg", IN_LAYER("image")
-                   ",\"output\":{\"layer\":\"a/v1\",\"scale\":\"x\"}")),
+    {WF("w",
+        STAGE("a", "seg",
+              IN_LAYER(
+                  "image") ",\"output\":{\"layer\":\"a/v1\",\"scale\":\"x\"}")),
      "workflow: stages[0].output: unknown key 'scale'", 1},
     {WF("w", STAGE("A", "seg", IN_LAYER("image") OUT("a/v1"))),
      "workflow: stages[0].name:", 1},
@@ -201,8 +228,8 @@ static const struct refusal refusals[] = {
     {WF("w", "{\"name\":\"a\",\"worker\":\"seg\",\"kind\":\"mapp\","
              "\"kernel_version\":1" IN_LAYER("image") OUT("a/v1") "}"),
      "workflow: stages[0].kind:", 1},
-    {WF("w", "{\"name\":\"a\",\"worker\":\"seg\",\"kernel_version\":1"
-             IN_LAYER("image") OUT("a/v1") "}"),
+    {WF("w", "{\"name\":\"a\",\"worker\":\"seg\",\"kernel_version\":1" IN_LAYER(
+                 "image") OUT("a/v1") "}"),
      "workflow: stages[0].kind: missing", 1},
     {WF("w", "{\"name\":\"a\",\"worker\":\"seg\",\"kind\":\"map\","
              "\"kernel_version\":0" IN_LAYER("image") OUT("a/v1") "}"),
@@ -210,46 +237,46 @@ static const struct refusal refusals[] = {
     {WF("w", "{\"name\":\"a\",\"worker\":\"seg\",\"kind\":\"map\","
              "\"kernel_version\":1.5" IN_LAYER("image") OUT("a/v1") "}"),
      "workflow: stages[0].kernel_version:", 1},
-    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
-                                   ",\"halo\":257")),
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1") ",\"halo\":257")),
      "workflow: stages[0].halo:", 1},
-    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
-                                   ",\"halo\":-1")),
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1") ",\"halo\":-1")),
      "workflow: stages[0].halo:", 1},
-    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
-                                   ",\"task_size\":[128,128]")),
+    {WF("w", STAGE("a", "seg",
+                   IN_LAYER("image") OUT("a/v1") ",\"task_size\":[128,128]")),
      "workflow: stages[0].task_size:", 1},
-    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
-                                   ",\"task_size\":[0,128,128]")),
+    {WF("w", STAGE("a", "seg",
+                   IN_LAYER("image") OUT("a/v1") ",\"task_size\":[0,128,128]")),
      "workflow: stages[0].task_size[0]:", 1},
-    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
-                                   ",\"retry_budget\":101")),
+    {WF("w", STAGE("a", "seg",
+                   IN_LAYER("image") OUT("a/v1") ",\"retry_budget\":101")),
      "workflow: stages[0].retry_budget:", 1},
-    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
-                                   ",\"lease_s\":0")),
+    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1") ",\"lease_s\":0")),
      "workflow: stages[0].lease_s:", 1},
-    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
-                                   ",\"lease_s\":\"600\"")),
+    {WF("w", STAGE("a", "seg",
+                   IN_LAYER("image") OUT("a/v1") ",\"lease_s\":\"600\"")),
      "workflow: stages[0].lease_s:", 1},
-    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
-                                   ",\"parameters\":[]")),
+    {WF("w",
+        STAGE("a", "seg", IN_LAYER("image") OUT("a/v1") ",\"parameters\":[]")),
      "workflow: stages[0].parameters:", 1},
-    {WF("w", OK_STAGE("a") "," STAGE("b", "seg", IN_LAYER("image")
-                                   OUT("b/v1") ",\"depends_on\":\"a\"")),
+    {WF("w", OK_STAGE("a") "," STAGE("b", "seg",
+                                     IN_LAYER("image")
+                                         OUT("b/v1") ",\"depends_on\":\"a\"")),
      "workflow: stages[1].depends_on:", 1},
-    {WF("w", OK_STAGE("a") "," STAGE("b", "seg", IN_LAYER("image")
-                                   OUT("b/v1") ",\"depends_on\":[1]")),
+    {WF("w", OK_STAGE("a") "," STAGE("b", "seg",
+                                     IN_LAYER("image")
+                                         OUT("b/v1") ",\"depends_on\":[1]")),
      "workflow: stages[1].depends_on[0]:", 1},
-    {WF("w", OK_STAGE("a") "," STAGE("b", "seg", IN_LAYER("image")
-                                   OUT("b/v1") ",\"depends_on\":[\"a\","
-                                               "\"a\"]")),
+    {WF("w", OK_STAGE("a") "," STAGE("b", "seg",
+                                     IN_LAYER("image")
+                                         OUT("b/v1") ",\"depends_on\":[\"a\","
+                                                     "\"a\"]")),
      "workflow: stages[1].depends_on[1]:", 1},
     {WF("w", STAGE("a", "seg", ",\"inputs\":{}" OUT("a/v1"))),
      "workflow: stages[0].inputs:", 1},
     {WF("w", STAGE("a", "seg", OUT("a/v1"))),
      "workflow: stages[0].inputs: missing", 1},
-    {WF("w", STAGE("a", "seg", ",\"inputs\":{\"Source\":{\"layer\":\"i\"}}"
-                               OUT("a/v1"))),
+    {WF("w", STAGE("a", "seg",
+                   ",\"inputs\":{\"Source\":{\"layer\":\"i\"}}" OUT("a/v1"))),
      "workflow: stages[0].inputs.Source:", 1},
     {WF("w", STAGE("a", "seg",
                    ",\"inputs\":{\"source\":{\"layer\":\"i\","
@@ -257,8 +284,9 @@ static const struct refusal refusals[] = {
      "workflow: stages[0].inputs.source:", 1},
     {WF("w", STAGE("a", "seg", ",\"inputs\":{\"source\":{}}" OUT("a/v1"))),
      "workflow: stages[0].inputs.source:", 1},
-    {WF("w", STAGE("a", "seg", ",\"inputs\":{\"source\":{\"stage\":\"b\","
-                               "\"scale\":\"x\"}}" OUT("a/v1"))),
+    {WF("w", STAGE("a", "seg",
+                   ",\"inputs\":{\"source\":{\"stage\":\"b\","
+                   "\"scale\":\"x\"}}" OUT("a/v1"))),
      "workflow: stages[0].inputs.source:", 1},
     {WF("w", STAGE("a", "seg", IN_LAYER("/abs/image") OUT("a/v1"))),
      "workflow: stages[0].inputs.source.layer:", 1},
@@ -268,8 +296,9 @@ static const struct refusal refusals[] = {
      "workflow: stages[0].inputs.source.layer:", 1},
     {WF("w", STAGE("a", "seg", IN_LAYER("em image") OUT("a/v1"))),
      "workflow: stages[0].inputs.source.layer:", 1},
-    {WF("w", STAGE("a", "seg", ",\"inputs\":{\"source\":{\"layer\":\"i\","
-                               "\"scale\":\"8/8\"}}" OUT("a/v1"))),
+    {WF("w", STAGE("a", "seg",
+                   ",\"inputs\":{\"source\":{\"layer\":\"i\","
+                   "\"scale\":\"8/8\"}}" OUT("a/v1"))),
      "workflow: stages[0].inputs.source.scale:", 1},
     {WF("w", STAGE("a", "seg", IN_LAYER("image"))),
      "workflow: stages[0].output: missing", 1},
@@ -283,49 +312,58 @@ static const struct refusal refusals[] = {
      "workflow: stages[0].output.layer:", 1},
     {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("../p/v1"))),
      "workflow: stages[0].output.layer:", 1},
-    {WF("w", STAGE("a", "seg", IN_LAYER("image")
-                   ",\"output\":{\"layer\":\"a/v1\",\"type\":\"volume\"}")),
+    {WF("w", STAGE("a", "seg",
+                   IN_LAYER("image") ",\"output\":{\"layer\":\"a/"
+                                     "v1\",\"type\":\"volume\"}")),
      "workflow: stages[0].output.type:", 1},
-    {WF("w", STAGE("a", "seg", IN_LAYER("image")
-                   ",\"output\":{\"layer\":\"a/v1\",\"data_type\":"
-                   "\"int8\"}")),
+    {WF("w",
+        STAGE("a", "seg",
+              IN_LAYER("image") ",\"output\":{\"layer\":\"a/v1\",\"data_type\":"
+                                "\"int8\"}")),
      "workflow: stages[0].output.data_type:", 1},
-    {WF("w", STAGE("a", "seg", IN_LAYER("image")
-                   ",\"output\":{\"layer\":\"a/v1\",\"encoding\":"
-                   "\"jpeg\"}")),
+    {WF("w",
+        STAGE("a", "seg",
+              IN_LAYER("image") ",\"output\":{\"layer\":\"a/v1\",\"encoding\":"
+                                "\"jpeg\"}")),
      "workflow: stages[0].output.encoding:", 1},
     /* the graph */
     {WF("w", OK_STAGE("ds1") "," OK_STAGE("ds1")),
      "workflow w: stages[1].name: duplicate stage name 'ds1'", 0},
-    {WF("pyramid", OK_STAGE("ds1") ","
-        STAGE("ds2", "seg", IN_LAYER("image") OUT("ds2/v1")
-                                ",\"depends_on\":[\"ds0\"]")),
+    {WF("pyramid",
+        OK_STAGE("ds1") "," STAGE(
+            "ds2", "seg",
+            IN_LAYER("image") OUT("ds2/v1") ",\"depends_on\":[\"ds0\"]")),
      "workflow pyramid: stage ds2 depends on unknown stage 'ds0'", 0},
-    {WF("pyramid", OK_STAGE("ds1") ","
-        STAGE("ds2", "seg", IN_STAGE("ds0") OUT("ds2/v1"))),
+    {WF("pyramid",
+        OK_STAGE("ds1") "," STAGE("ds2", "seg", IN_STAGE("ds0") OUT("ds2/v1"))),
      "workflow pyramid: stage ds2 depends on unknown stage 'ds0'", 0},
-    {WF("w", STAGE("ds1", "seg", IN_STAGE("ds2") OUT("ds1/v1")) ","
-             STAGE("ds2", "seg", IN_STAGE("ds1") OUT("ds2/v1"))),
+    {WF("w", STAGE("ds1", "seg", IN_STAGE("ds2") OUT("ds1/v1")) "," STAGE(
+                 "ds2", "seg", IN_STAGE("ds1") OUT("ds2/v1"))),
      "workflow w: cycle ds1 -> ds2 -> ds1", 0},
-    {WF("w", STAGE("a", "seg", IN_LAYER("image") OUT("a/v1")
-                                   ",\"depends_on\":[\"c\"]") ","
-             STAGE("b", "seg", IN_STAGE("a") OUT("b/v1")) ","
-             STAGE("c", "seg", IN_STAGE("b") OUT("c/v1")) ","
-             OK_STAGE("z")),
+    {WF("w",
+        STAGE("a", "seg", IN_LAYER("image") OUT("a/v1") ",\"depends_on\":[\"c\"]") "," STAGE(
+            "b", "seg",
+            IN_STAGE("a")
+                OUT("b/v1")) "," STAGE("c", "seg",
+                                       IN_STAGE("b")
+                                           OUT("c/v1")) "," OK_STAGE("z")),
      "workflow w: cycle a -> b -> c -> a", 0},
-    {WF("w", OK_STAGE("z") "," STAGE("b", "seg", IN_STAGE("c") OUT("b/v1"))
-             "," STAGE("c", "seg", IN_STAGE("b") OUT("c/v1")
-                                       ",\"depends_on\":[\"z\"]")),
+    {WF("w", OK_STAGE("z") "," STAGE(
+                 "b", "seg",
+                 IN_STAGE("c") OUT(
+                     "b/v1")) "," STAGE("c", "seg",
+                                        IN_STAGE("b") OUT(
+                                            "c/v1") ",\"depends_on\":[\"z\"]")),
      "workflow w: cycle b -> c -> b", 0},
     {WF("w", STAGE("a", "seg", IN_STAGE("a") OUT("a/v1"))),
      "workflow w: cycle a -> a", 0},
-    {WF("w", OK_STAGE("ds1") "," STAGE("ds2", "seg", IN_LAYER("ds1/v1")
-                                           OUT("ds2/v1"))),
+    {WF("w", OK_STAGE("ds1") "," STAGE("ds2", "seg",
+                                       IN_LAYER("ds1/v1") OUT("ds2/v1"))),
      "workflow w: stage ds1: output layer 'ds1/v1' is also an external "
-     "input (stage ds2, input source)", 0},
-    {WF("w", STAGE("a", "seg", IN_LAYER("a/v1") OUT("a/v1"))),
-     "workflow w: stage a: output layer 'a/v1' is also an external input",
+     "input (stage ds2, input source)",
      0},
+    {WF("w", STAGE("a", "seg", IN_LAYER("a/v1") OUT("a/v1"))),
+     "workflow w: stage a: output layer 'a/v1' is also an external input", 0},
 };
 
 static void test_workflow__refusals_name_the_problem(void **state)
@@ -333,8 +371,8 @@ static void test_workflow__refusals_name_the_problem(void **state)
     (void)state;
     for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
         cnx_workflow *wf = (cnx_workflow *)0x1;
-        int rc = cnx_workflow_parse(&wf, refusals[i].doc,
-                                    strlen(refusals[i].doc));
+        int rc =
+            cnx_workflow_parse(&wf, refusals[i].doc, strlen(refusals[i].doc));
         const char *msg = cnx_error_last()->message;
         if (rc != CNX_ESCHEMA || strstr(msg, refusals[i].names) == NULL)
             fail_msg("case %zu: rc %d, message '%s', wanted '%s'\n%s", i, rc,
@@ -518,8 +556,7 @@ static void check_dependencies(const cnx_plan *p)
         for (size_t k = 0; k < nw; k++)
             assert_int_equal(ids[k], want[k]);
         free(ids);
-        assert_int_equal(cnx_plan_find(p, task->stage, &task->roi),
-                         (ssize_t)t);
+        assert_int_equal(cnx_plan_find(p, task->stage, &task->roi), (ssize_t)t);
     }
     free(want);
 }
@@ -581,8 +618,8 @@ static void test_workflow__pyramid_on_a_real_layer(void **state)
         assert_int_equal(p->tasks[t].ndeps, 8);
     /* ds1 task 0 writes 0-64^3 of 16 nm; ds2's last task is 128-256^2 x
      * 0-128 of 16 nm */
-    assert_true(cnx_box_equal(&p->tasks[0].write,
-                              &(cnx_box){{0, 0, 0}, {64, 64, 64}}));
+    assert_true(
+        cnx_box_equal(&p->tasks[0].write, &(cnx_box){{0, 0, 0}, {64, 64, 64}}));
     assert_true(cnx_box_equal(&p->tasks[35].roi,
                               &(cnx_box){{128, 128, 0}, {256, 256, 128}}));
     assert_int_equal(p->nnotes, 0);
@@ -611,10 +648,10 @@ static void test_workflow__missing_layer_or_scale_is_refused(void **state)
         fail_msg("%s", msg);
     snprintf(url, sizeof(url), "%s/image", data);
     make_layer(url, size, 8, chunk, NULL);
-    wf2 = parse_ok(WF("w", STAGE("a", "seg",
-                                 ",\"inputs\":{\"source\":{\"layer\":"
-                                 "\"image\",\"scale\":\"4_4_4\"}}"
-                                 OUT("a/v1"))));
+    wf2 =
+        parse_ok(WF("w", STAGE("a", "seg",
+                               ",\"inputs\":{\"source\":{\"layer\":"
+                               "\"image\",\"scale\":\"4_4_4\"}}" OUT("a/v1"))));
     assert_int_equal(cnx_plan_new(&p, wf2, data, NULL), CNX_ESCHEMA);
     if (strstr(msg, "stage a: input source: layer 'image'") == NULL ||
         strstr(msg, "has no scale '4_4_4' (it has 8_8_8)") == NULL)
@@ -629,9 +666,9 @@ static void expect_box(const cnx_box *got, int64_t x0, int64_t y0, int64_t z0,
 {
     cnx_box want = {{x0, y0, z0}, {x1, y1, z1}};
     if (!cnx_box_equal(got, &want))
-        fail_msg("box %" PRId64 ",%" PRId64 ",%" PRId64 "-%" PRId64
-                 ",%" PRId64 ",%" PRId64 ", wanted %" PRId64 ",%" PRId64
-                 ",%" PRId64 "-%" PRId64 ",%" PRId64 ",%" PRId64,
+        fail_msg("box %" PRId64 ",%" PRId64 ",%" PRId64 "-%" PRId64 ",%" PRId64
+                 ",%" PRId64 ", wanted %" PRId64 ",%" PRId64 ",%" PRId64
+                 "-%" PRId64 ",%" PRId64 ",%" PRId64,
                  got->min[0], got->min[1], got->min[2], got->max[0],
                  got->max[1], got->max[2], x0, y0, z0, x1, y1, z1);
 }
@@ -640,8 +677,7 @@ static cnx_plan *plan_with(const cnx_workflow *wf, const cnx_box *roi,
                            const cnx_plan_external *ext, size_t next)
 {
     cnx_plan *p = NULL;
-    if (cnx_plan_new_with(&p, wf, "file:///nowhere/data/", roi, ext, next) !=
-        0)
+    if (cnx_plan_new_with(&p, wf, "file:///nowhere/data/", roi, ext, next) != 0)
         fail_msg("%s", cnx_error_last()->message);
     return p;
 }
@@ -680,10 +716,14 @@ static void test_workflow__unaligned_roi_is_widened(void **state)
      * chunks make that 0-512. z stays 0-256 (ds2's 128 is its bound). */
     wf = parse_ok(WF(
         "pyramid",
-        STAGE("ds1", "downsample", IN_LAYER("image") OUT("pyramid/v1")
-                                       ",\"halo\":0") ","
-        STAGE("ds2", "downsample", IN_STAGE("ds1") OUT("pyramid/v1")
-                                       ",\"halo\":2")));
+        STAGE(
+            "ds1", "downsample",
+            IN_LAYER("image") OUT(
+                "pyramid/v1") ",\"halo\":0") "," STAGE("ds2", "downsample",
+                                                       IN_STAGE("ds1") OUT(
+                                                           "pyramid/v1") ",\"ha"
+                                                                         "lo\":"
+                                                                         "2")));
     p = plan_with(wf, &roi, &ext, 1);
     expect_box(&p->stages[1].region, 0, 0, 0, 192, 192, 128);
     expect_box(&p->stages[0].region, 0, 0, 0, 512, 512, 256);
@@ -698,13 +738,17 @@ static void test_workflow__unaligned_roi_is_widened(void **state)
 
     /* Same-geometry workers: agg reads seg with a halo of 4. agg: whole
      * chunks 0-384 x 0-384 x 0-256; seg must cover 0-388 -> 0-512. */
-    wf = parse_ok(WF(
-        "w",
-        STAGE("seg", "segment", IN_LAYER("image")
-              ",\"output\":{\"layer\":\"seg/v1\",\"type\":\"segmentation\","
-              "\"data_type\":\"uint32\"},\"halo\":1") ","
-        STAGE("agg", "agglomerate", IN_STAGE("seg") OUT("agg/v1")
-                                        ",\"halo\":4")));
+    wf = parse_ok(WF("w",
+                     STAGE(
+                         "seg", "segment",
+                         IN_LAYER("image") ",\"output\":{\"layer\":\"seg/"
+                                           "v1\",\"type\":\"segmentation\","
+                                           "\"data_type\":\"uint32\"},\"halo\":"
+                                           "1") "," STAGE("agg", "agglomerate",
+                                                          IN_STAGE("seg") OUT(
+                                                              "agg/v1") ",\"hal"
+                                                                        "o\":"
+                                                                        "4")));
     p = plan_with(wf, &roi, &ext, 1);
     expect_box(&p->stages[1].region, 0, 0, 0, 384, 384, 256);
     expect_box(&p->stages[0].region, 0, 0, 0, 512, 512, 256);
@@ -731,29 +775,54 @@ static const struct geometry geometries[] = {
     {{100, 380, 90}, {16, 64, 8}, {-48, 16, 200}, 8},
 };
 
-static const char *const dep_workflows[] = {
-    /* downsampling chain, odd task sizes, a halo in the middle */
-    WF("chain",
-       STAGE("ds1", "downsample", IN_LAYER("image") OUT("p/v1")
-             ",\"halo\":0,\"task_size\":[200,70,40]") ","
-       STAGE("ds2", "downsample", IN_STAGE("ds1") OUT("p/v1")
-             ",\"halo\":2,\"task_size\":[64,100,33]") ","
-       STAGE("ds3", "downsample", IN_STAGE("ds2") OUT("p/v1")
-             ",\"halo\":0,\"task_size\":[1,1,1]")),
-    /* same-geometry stages: two inputs, a plain dependency, a reduce */
-    WF("mixed",
-       STAGE("seg", "segment", IN_LAYER("image") OUT("seg/v1")
-             ",\"halo\":2,\"task_size\":[96,64,50]") ","
-       STAGE("agg", "agglomerate",
-             ",\"inputs\":{\"labels\":{\"stage\":\"seg\"},"
-             "\"image\":{\"layer\":\"image\"}}" OUT("agg/v1")
-             ",\"halo\":3,\"task_size\":[64,128,32]") ","
-       STAGE("ds", "downsample", IN_STAGE("agg") OUT("agg/v2")
-             ",\"halo\":0,\"depends_on\":[\"seg\"]") ","
-       "{\"name\":\"stats\",\"worker\":\"stats\",\"kind\":\"reduce\","
-       "\"kernel_version\":1" IN_STAGE("ds") OUT("stats/v1") "}" ","
-       STAGE("mesh", "mesh", IN_STAGE("agg") OUT("mesh/v1")
-             ",\"halo\":1,\"depends_on\":[\"stats\"]")),
+static const char
+    *const dep_workflows[] =
+        {
+            /* downsampling chain, odd task sizes, a halo in the middle */
+            WF("chain",
+               STAGE("ds1", "downsample", IN_LAYER("image") OUT("p/v1") ",\"halo\":0,\"task_size\":[200,70,40]") "," STAGE(
+                   "ds2", "downsample",
+                   IN_STAGE(
+                       "ds1") OUT("p/v1") ",\"halo\":2,\"task_size\":[64,100,"
+                                          "33]") "," STAGE("ds3", "downsample",
+                                                           IN_STAGE("ds2") OUT(
+                                                               "p/v1") ",\"halo"
+                                                                       "\":0,"
+                                                                       "\"task_"
+                                                                       "size\":"
+                                                                       "[1,1,"
+                                                                       "1]")),
+            /* same-geometry stages: two inputs, a plain dependency, a reduce */
+            WF(
+                "mixed", STAGE("seg", "segment", IN_LAYER("image") OUT("seg/v1") ",\"halo\":2,\"task_size\":[96,64,50]") "," STAGE(
+                             "agg", "agglomerate",
+                             ",\"inputs\":{\"labels\":{\"stage\":\"seg\"},"
+                             "\"image\":{\"layer\":\"image\"}}" OUT(
+                                 "agg/v1") ",\"halo\":3,\"task_size\":[64,128,"
+                                           "32]") "," STAGE("ds", "downsample",
+                                                            IN_STAGE("agg") OUT(
+                                                                "agg/v2") ",\"h"
+                                                                          "alo"
+                                                                          "\":"
+                                                                          "0,"
+                                                                          "\"de"
+                                                                          "pend"
+                                                                          "s_"
+                                                                          "on\""
+                                                                          ":["
+                                                                          "\"se"
+                                                                          "g\""
+                                                                          "]") ","
+                                                                               "{\"name\":\"stats\",\"worker\":\"stats\",\"kind\":\"reduce\","
+                                                                               "\"kernel_version\":1" IN_STAGE(
+                                                                                   "ds")
+                                                                                   OUT("stats/v1") "}"
+                                                                                                   "," STAGE(
+                                                                                                       "mesh",
+                                                                                                       "mesh",
+                                                                                                       IN_STAGE(
+                                                                                                           "agg")
+                                                                                                           OUT("mesh/v1") ",\"halo\":1,\"depends_on\":[\"stats\"]")),
 };
 
 static void test_workflow__dependencies_match_brute_force(void **state)
@@ -762,16 +831,15 @@ static void test_workflow__dependencies_match_brute_force(void **state)
     for (size_t w = 0; w < sizeof(dep_workflows) / sizeof(*dep_workflows);
          w++) {
         cnx_workflow *wf = parse_ok(dep_workflows[w]);
-        for (size_t g = 0; g < sizeof(geometries) / sizeof(*geometries);
-             g++) {
+        for (size_t g = 0; g < sizeof(geometries) / sizeof(*geometries); g++) {
             const struct geometry *geo = &geometries[g];
             cnx_plan_external ext[2];
             size_t next = cnx_plan_externals(wf, NULL, 0);
-            cnx_box roi = {{geo->off[0] + 33, geo->off[1] + 20,
-                            geo->off[2] + 5},
-                           {geo->off[0] + geo->size[0] - 40,
-                            geo->off[1] + geo->size[1] - 7,
-                            geo->off[2] + geo->size[2] - 1}};
+            cnx_box roi = {
+                {geo->off[0] + 33, geo->off[1] + 20, geo->off[2] + 5},
+                {geo->off[0] + geo->size[0] - 40,
+                 geo->off[1] + geo->size[1] - 7,
+                 geo->off[2] + geo->size[2] - 1}};
             cnx_plan *p;
             assert_true(next <= 2);
             for (size_t e = 0; e < next; e++)
@@ -808,8 +876,8 @@ static void test_workflow__anisotropic_and_offset_real_layer(void **state)
     memcpy(info.scales[0].voxel_offset, off, sizeof(off));
     assert_int_equal(cnx_layer_create(&layer, url, &info), 0);
     cnx_layer_free(layer);
-    if (cnx_plan_new(&p, wf, data,
-                     &(cnx_box){{130, 70, 11}, {400, 300, 40}}) != 0)
+    if (cnx_plan_new(&p, wf, data, &(cnx_box){{130, 70, 11}, {400, 300, 40}}) !=
+        0)
         fail_msg("%s", cnx_error_last()->message);
     /* 4,4,40 halves x and y only */
     assert_string_equal(p->stages[0].out_scale.key, "8_8_40");
@@ -834,8 +902,8 @@ static void test_workflow__plan_time_refusals(void **state)
     (void)state;
 
     /* two stages writing one layer at one scale */
-    wf = parse_ok(WF("w", OK_STAGE("a") ","
-                     STAGE("b", "seg", IN_LAYER("image") OUT("a/v1"))));
+    wf = parse_ok(WF("w", OK_STAGE("a") "," STAGE(
+                              "b", "seg", IN_LAYER("image") OUT("a/v1"))));
     ext[0] = ext[1] = ext_geom(CNX_DT_UINT8, size, 8, chunk, NULL);
     assert_int_equal(cnx_plan_new_with(&p, wf, "file:///d", NULL, ext, 2),
                      CNX_ESCHEMA);
@@ -844,10 +912,10 @@ static void test_workflow__plan_time_refusals(void **state)
     cnx_workflow_free(wf);
 
     /* a map stage whose inputs have different resolutions */
-    wf = parse_ok(WF("w", STAGE("seg", "segment",
-                                ",\"inputs\":{\"image\":{\"layer\":\"em\"},"
-                                "\"mask\":{\"layer\":\"mask\"}}"
-                                OUT("seg/v1"))));
+    wf = parse_ok(
+        WF("w", STAGE("seg", "segment",
+                      ",\"inputs\":{\"image\":{\"layer\":\"em\"},"
+                      "\"mask\":{\"layer\":\"mask\"}}" OUT("seg/v1"))));
     ext[0] = ext_geom(CNX_DT_UINT8, size, 8, chunk, NULL);
     ext[1] = ext_geom(CNX_DT_UINT8, half, 16, chunk, NULL);
     assert_int_equal(cnx_plan_new_with(&p, wf, "file:///d", NULL, ext, 2),
@@ -888,17 +956,20 @@ static void test_workflow__plan_time_refusals(void **state)
     cnx_workflow_free(wf);
 
     /* compressed_segmentation of uint8 */
-    wf = parse_ok(WF("w", STAGE("a", "seg", IN_LAYER("image")
-                                ",\"output\":{\"layer\":\"a/v1\","
+    wf = parse_ok(WF(
+        "w",
+        STAGE("a", "seg",
+              IN_LAYER("image") ",\"output\":{\"layer\":\"a/v1\","
                                 "\"encoding\":\"compressed_segmentation\"}")));
     assert_int_equal(cnx_plan_new_with(&p, wf, "file:///d", NULL, ext, 1),
                      CNX_ESCHEMA);
     assert_non_null(strstr(msg, "stage a: output.encoding"));
     cnx_workflow_free(wf);
     /* the downsample worker cannot change the data type */
-    wf = parse_ok(WF("w", STAGE("a", "downsample", IN_LAYER("image")
-                                ",\"output\":{\"layer\":\"a/v1\","
-                                "\"data_type\":\"uint16\"}")));
+    wf = parse_ok(
+        WF("w", STAGE("a", "downsample",
+                      IN_LAYER("image") ",\"output\":{\"layer\":\"a/v1\","
+                                        "\"data_type\":\"uint16\"}")));
     assert_int_equal(cnx_plan_new_with(&p, wf, "file:///d", NULL, ext, 1),
                      CNX_ESCHEMA);
     assert_non_null(strstr(msg, "stage a: output: the downsample worker"));
@@ -1023,11 +1094,10 @@ static void check_task_message(const cnx_plan *p, size_t t)
             for (int64_t y = sc->voxel_offset[1];
                  y < sc->voxel_offset[1] + sc->size[1]; y += sc->chunk[1]) {
                 for (int64_t x = sc->voxel_offset[0];
-                     x < sc->voxel_offset[0] + sc->size[0];
-                     x += sc->chunk[0]) {
-                    cnx_box cb = {{x, y, z},
-                                  {x + sc->chunk[0], y + sc->chunk[1],
-                                   z + sc->chunk[2]}};
+                     x < sc->voxel_offset[0] + sc->size[0]; x += sc->chunk[0]) {
+                    cnx_box cb = {
+                        {x, y, z},
+                        {x + sc->chunk[0], y + sc->chunk[1], z + sc->chunk[2]}};
                     char name[256], text[2048], d[CNX_DIGEST_LEN];
                     for (int i = 0; i < 3; i++) {
                         int64_t end = sc->voxel_offset[i] + sc->size[i];
@@ -1045,8 +1115,8 @@ static void check_task_message(const cnx_plan *p, size_t t)
                              in->layer, name);
                     cnx_digest(text, strlen(text), d);
                     assert_non_null(cnx_task_expected(msg, in->role, name));
-                    assert_string_equal(
-                        cnx_task_expected(msg, in->role, name), d);
+                    assert_string_equal(cnx_task_expected(msg, in->role, name),
+                                        d);
                     n++;
                 }
             }
@@ -1091,9 +1161,10 @@ static void test_workflow__task_messages_list_exactly_the_chunks(void **state)
         l.calls = 0;
         l.fail_at = 0;
         /* a bad request id is refused by the task checker */
-        assert_int_equal(cnx_plan_task_json(p, 0, "bad id", "2030-01-02T03:"
-                                            "04:05Z", 0, fake_lookup, &l,
-                                            &json),
+        assert_int_equal(cnx_plan_task_json(p, 0, "bad id",
+                                            "2030-01-02T03:"
+                                            "04:05Z",
+                                            0, fake_lookup, &l, &json),
                          CNX_ESCHEMA);
         l.calls = 0;
         l.fail_at = 3;

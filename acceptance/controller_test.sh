@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# The controller, the ledger and cnx-reprocess on the real stack: broker,
+# controller and downsample workers on this machine, a 512x512x256
+# cnx-synth dataset, the two-level `pyramid` workflow.
+#  1. the region through the workflow: done; the ledger checked with
+#     Python's sqlite3 and hashlib (every task done once with a verified
+#     manifest, the lineage chain intact, every output's bytes as
+#     recorded) and the manifests with openssl; every request-state and
+#     control message valid against its schema;
+#  2. the same region again: every repeated task bit-identical, exit 0;
+#  3. workers built with the fault hook and told to be non-deterministic:
+#     the violation reported by task and object, exit 3;
+#  4. the controller killed (-9) mid-request and restarted: the request
+#     completes, no task released twice; then the ledger deleted and
+#     rebuilt with --rebuild: the same `sqlite3 .dump`;
+#  5. a deadline shorter than the work: SLO at risk, then missed, the
+#     urgent lane used, exit 5.
+source "$(dirname "$0")/lib.sh"
+
+DATA=$WORK/data
+"$BIN/cnx-synth" --out "$DATA" --shape 512,512,256 --quiet
+start_broker 4
+make_key
+mkdir -p "$WORK/trust"
+cp "$PUB" "$WORK/trust/workers.pem"
+echo "not a key" >"$WORK/trust/README.txt"
+
+start_controller() {
+  CNX_LOG=info "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/ledger.db" \
+    --trust "$WORK/trust" --progress 0.5 --price-per-core-hour 0.05 \
+    >>"$WORK/controller.log" 2>&1 &
+  CPID=$!
+  PIDS+=($CPID)
+}
+
+WORKERS=()
+start_workers() { # tag, extra worker args...
+  local tag=$1; shift
+  for w in "${WORKERS[@]:-}"; do [ -n "$w" ] && kill -TERM "$w" 2>/dev/null || true; done
+  for w in "${WORKERS[@]:-}"; do [ -n "$w" ] && wait "$w" 2>/dev/null || true; done
+  WORKERS=()
+  for i in 1 2; do
+    start_worker "w-$tag-$i" "$@"
+    WORKERS+=($WPID)
+  done
+}
+
+reprocess() { # request id, extra args... ; JSON summary in $WORK/<id>.json
+  local id=$1; shift
+  set +e
+  "$BIN/cnx-reprocess" --brokers "$BOOT" --workflow pyramid \
+    --workflows "$SRC/workflows" --dataset "file://$DATA" \
+    --roi 0,0,0,512,512,256 --request "$id" --wait --json --timeout 300 "$@" \
+    >"$WORK/$id.json" 2>"$WORK/$id.err"
+  RC=$?
+  set -e
+}
+
+jq_py() { # file, python expression over d -> prints it
+  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
+}
+
+sql() { "$PY" -c 'import sqlite3, sys
+db = sqlite3.connect("file:" + sys.argv[1] + "?mode=ro", uri=True)
+for r in db.execute(sys.argv[2]): print("|".join(str(x) for x in r))' "$WORK/ledger.db" "$1"; }
+
+start_controller
+start_workers plain
+
+# 1. The region through the workflow.
+reprocess req-first
+check "first run exits 0 (rc $RC)" [ "$RC" -eq 0 ]
+check "first run: done, 36 tasks (32 ds1 + 4 ds2)" \
+  [ "$(jq_py "$WORK/req-first.json" 'd["outcome"], sum(s["done"] for s in d["stages"])')" = "('done', 36)" ]
+# A region off the chunk grid: widened to whole chunks, and said so.
+"$BIN/cnx-reprocess" --brokers "$BOOT" --workflow pyramid --workflows "$SRC/workflows" \
+  --dataset "file://$DATA" --roi 10,10,10,300,300,200 --request req-widened \
+  --wait --json --timeout 300 >"$WORK/req-widened.json" 2>"$WORK/req-widened.err" || true
+check "an unaligned region is widened to whole chunks, and the notes say so" "$PY" -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+notes = " ".join(d["notes"])
+assert d["exit_code"] == 0 and d["outcome"] == "done", d
+assert "10,10,10-300,300,200" in notes and "0,0,0-384,384,256" in notes, notes' "$WORK/req-widened.json"
+check "the notes are on stderr too" grep -q "widened" "$WORK/req-widened.err"
+mkdir -p "$WORK/env"
+check "ledger consistent (Python sqlite3 + hashlib)" \
+  "$PY" "$SRC/acceptance/ledger_check.py" "$WORK/ledger.db" req-first --envelopes "$WORK/env"
+check "every manifest verifies with openssl" \
+  bash "$SRC/acceptance/verify_openssl.sh" "$PUB" "$WORK"/env/*.json
+check "pyramid/v1 has scales 16 and 32 nm" \
+  [ "$(jq_py "$DATA/pyramid/v1/info" '[s["key"] for s in d["scales"]]')" = "['16_16_16', '32_32_32']" ]
+check "cost figures: MVx/s, core-hours, GB/mm3, \$/mm3 per stage" \
+  "$PY" -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+assert all(s["mvx_per_s"] > 0 and s["core_hours"] > 0 and s["gb_per_mm3"] > 0
+           and s["usd_per_mm3"] > 0 for s in d["stages"]), d["stages"]' "$WORK/req-first.json"
+
+# 2. The same region again: recomputed, bit-identical.
+reprocess req-second
+check "second run exits 0 (rc $RC)" [ "$RC" -eq 0 ]
+check "second run: 36 of 36 repeated tasks identical" \
+  [ "$(jq_py "$WORK/req-second.json" 'd["repeated"], d["identical"]')" = "(36, 36)" ]
+check "second run ledger consistent" \
+  "$PY" "$SRC/acceptance/ledger_check.py" "$WORK/ledger.db" req-second
+
+# 3. A non-deterministic kernel (test build fault hook).
+export CNX_FAULT_NONDETERMINISTIC=downsample
+start_workers faulty
+unset CNX_FAULT_NONDETERMINISTIC
+reprocess req-faulty
+check "non-deterministic kernel: exit 3 (rc $RC)" [ "$RC" -eq 3 ]
+check "violations name task, object and both digests" "$PY" -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+v = d["violations"]
+assert len(v) == 32, len(v)
+for x in v:
+    assert x["task_key"].startswith("sha256:") and x["object"].startswith("file://")
+    assert x["expected"] != x["got"] and x["stage"] == "ds1", x' "$WORK/req-faulty.json"
+check "the objects were not overwritten" \
+  "$PY" "$SRC/acceptance/ledger_check.py" "$WORK/ledger.db" req-first
+check "ledger: 32 immutability violations for req-faulty" \
+  [ "$(sql "SELECT count(*) FROM violations WHERE request = 'req-faulty'")" = 32 ]
+
+# 4. The controller killed mid-request and restarted; then rebuilt.
+start_workers slow --slow-ms 150
+"$BIN/cnx-reprocess" --brokers "$BOOT" --workflow pyramid --workflows "$SRC/workflows" \
+  --dataset "file://$DATA" --roi 0,0,0,512,512,256 --request req-restart \
+  --wait --json --timeout 300 >"$WORK/req-restart.json" 2>"$WORK/req-restart.err" &
+RPID=$!
+PIDS+=($RPID)
+some_done() { [ "$(sql "SELECT count(*) FROM tasks WHERE request = 'req-restart' AND state = 'done'" 2>/dev/null || echo 0)" -ge 6 ]; }
+wait_for 120 some_done || true
+kill -9 "$CPID"
+echo "controller killed with $(sql "SELECT count(*) FROM tasks WHERE request = 'req-restart' AND state = 'done'") task(s) done"
+sleep 1
+start_controller
+set +e; wait "$RPID"; RC=$?; set -e
+check "request completes across the controller restart (rc $RC)" [ "$RC" -eq 0 ]
+check "no task released twice; ledger consistent" \
+  "$PY" "$SRC/acceptance/ledger_check.py" "$WORK/ledger.db" req-restart
+check "releases: one per task, none twice" \
+  [ "$(sql "SELECT max(n) FROM (SELECT count(*) AS n FROM releases WHERE type = 'released' GROUP BY request, idx)")" = 1 ]
+kill -TERM "$CPID"; wait "$CPID" 2>/dev/null || true
+sqlite3 "$WORK/ledger.db" .dump >"$WORK/live.sql"
+mv "$WORK/ledger.db" "$WORK/old-ledger.db"; rm -f "$WORK/ledger.db-wal" "$WORK/ledger.db-shm"
+"$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/rebuilt.db" --trust "$WORK/trust" \
+  --rebuild >>"$WORK/controller.log" 2>&1
+sqlite3 "$WORK/rebuilt.db" .dump >"$WORK/rebuilt.sql"
+check "rebuilt ledger dumps the same rows ($(wc -l <"$WORK/live.sql") lines)" \
+  cmp "$WORK/live.sql" "$WORK/rebuilt.sql"
+mv "$WORK/old-ledger.db" "$WORK/ledger.db"
+start_controller
+
+# 5. A deadline shorter than the work.
+start_workers late --slow-ms 600
+reprocess req-late --deadline 8s
+check "deadline missed: exit 5 (rc $RC)" [ "$RC" -eq 5 ]
+check "SLO events: at_risk, before the deadline, then missed" \
+  [ "$(sql "SELECT group_concat(type || ':' || (julianday(time) < julianday(deadline)), ',') FROM (SELECT type, time, deadline FROM slo_events WHERE request = 'req-late' ORDER BY time)")" = "at_risk:1,missed:0" ]
+check "the urgent lane was used" \
+  [ "$(sql "SELECT count(*) > 0 FROM releases WHERE request = 'req-late' AND lane = 'urgent'")" = 1 ]
+check "urgent tasks were on cnx.tasks.downsample.urgent" \
+  [ "$(topic_dump cnx.tasks.downsample.urgent | grep -c req-late)" -gt 0 ]
+
+# Every message the controller and cnx-reprocess wrote, against its schema.
+topic_dump cnx.requests >"$WORK/requests.jsonl"
+topic_dump cnx.events >"$WORK/events.jsonl"
+check "cnx.requests and cnx.events messages valid against their schemas" \
+  "$PY" -c 'import json, sys, jsonschema
+src = sys.argv[1]
+load = lambda n: json.load(open(f"{src}/schemas/{n}.schema.json"))
+by = {"cnx.request/1": load("request"), "cnx.request-state/1": load("request-state"),
+      "cnx.event/1": load("event"), "cnx.control/1": load("control")}
+n = 0
+for f in sys.argv[2:]:
+    for line in open(f):
+        if line.strip():
+            m = json.loads(line)
+            jsonschema.validate(m, by[m["schema"]]); n += 1
+print(n, "messages valid")' "$SRC" "$WORK/requests.jsonl" "$WORK/events.jsonl"
+finish

@@ -1,0 +1,710 @@
+/*
+ * bench_controller - how fast the controller folds the log into its ledger:
+ * task completions ingested per second (target >= 2000 on 2 cores).
+ *
+ *   build/bench/bench_controller [N]     (N tasks, default 20000)
+ *
+ * Builds, without running any worker, what a real run of N tasks leaves on
+ * the topics of an in-process cnx-broker (1 broker, 4 partitions): the
+ * cnx.request/1 message of a one-stage workflow (the first stage of
+ * workflows/pyramid.json, 128^3 downsample tasks) over an info-only uint8
+ * image layer, the controller's `accepted` decision (the plan's externals,
+ * as controller_decide.c writes it), and per task its `released` control
+ * message, the worker's `started` event, its signed manifest (in-toto
+ * statement, DSSE, Ed25519; one output object) on cnx.lineage and its
+ * `succeeded` event naming the manifest, each keyed as the real producer
+ * keys it. All of it is produced and acknowledged before any clock starts.
+ *
+ * Timed: cnx_controller_run --rebuild into a fresh ledger (apply every topic
+ * to its end, then return: exactly the ingest path, without decisions),
+ * 3 runs, median; completions/s = N / seconds. Each ledger is then checked
+ * with SQLite: N tasks done, N verified lineage rows, N outputs, N
+ * succeeded attempts, nothing rejected, every lineage chain intact.
+ * Beside it, to show where the time goes: reading the same messages from
+ * the broker alone, parsing them (jansson), N Ed25519 verifications alone
+ * (cnx_dsse_verify), and plain SQLite inserting one row per message into a
+ * WITHOUT ROWID table in transactions of 1000 (same PRAGMAs as the ledger).
+ * Exit 0 if every ledger checks out (whatever the rate), 1 otherwise.
+ */
+#include <inttypes.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "bench_util.h"
+#include "cnx/broker.h"
+#include "cnx/controller.h"
+#include "cnx/digest.h"
+#include "cnx/error.h"
+#include "cnx/json.h"
+#include "cnx/kafka.h"
+#include "cnx/lineage.h"
+#include "cnx/log.h"
+#include "cnx/precomputed.h"
+#include "cnx/reprocess.h"
+#include "cnx/task.h"
+#include "cnx/workflow.h"
+
+#define RUNS 3
+#define TARGET 2000.0
+#define REQUEST "bench-controller"
+#define WORKER "bench-0"
+
+/* The first stage of workflows/pyramid.json, alone. */
+static const char workflow_json[] =
+    "{\"schema\":\"cnx.workflow/1\",\"name\":\"pyramid\","
+    "\"description\":\"bench_controller: the first stage of "
+    "workflows/pyramid.json\",\"stages\":[{\"name\":\"ds1\","
+    "\"worker\":\"downsample\",\"kind\":\"map\",\"kernel_version\":1,"
+    "\"inputs\":{\"source\":{\"layer\":\"image\"}},"
+    "\"output\":{\"layer\":\"pyramid/v1\"},\"parameters\":{},\"halo\":0,"
+    "\"task_size\":[128,128,128],\"retry_budget\":3,\"lease_s\":600,"
+    "\"depends_on\":[]}]}";
+
+/* One message as produced (kept for the SQLite baseline). */
+typedef struct msg {
+    const char *topic;
+    char *key;
+    char *value;
+} msg;
+
+typedef struct corpus {
+    msg *m;
+    size_t n, cap;
+    char **envelopes; /* per task, borrowed from m */
+    size_t nenv;
+} corpus;
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_controller: %s: %s\n", what,
+            cnx_error_last()->message);
+    exit(1);
+}
+
+static char *xstrdup(const char *s)
+{
+    char *d = strdup(s);
+    if (d == NULL) {
+        fprintf(stderr, "bench_controller: out of memory\n");
+        exit(1);
+    }
+    return d;
+}
+
+/* Canonical JSON of doc (consumed), as the real producers write it. */
+static char *canonical(json_t *doc)
+{
+    char *loose = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS), *out = NULL;
+    json_decref(doc);
+    if (loose == NULL ||
+        cnx_json_canonicalize(loose, strlen(loose), "bench", &out) != 0)
+        die("canonical JSON");
+    free(loose);
+    return out;
+}
+
+/* Queue value on topic (keyed) and keep it. A full local queue is
+ * flushed and the message sent again. */
+static void produce(cnx_producer *prod, corpus *c, const char *topic,
+                    const char *key, char *value,
+                    const cnx_kafka_header *h, size_t nh)
+{
+    int rc;
+    while ((rc = cnx_producer_send(prod, topic, key, value, strlen(value), h,
+                                   nh)) != 0) {
+        if (!cnx_error_last()->retriable)
+            die("produce");
+        if (cnx_producer_flush(prod, 30000) != 0)
+            die("flush");
+    }
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 1024;
+        c->m = realloc(c->m, c->cap * sizeof(*c->m));
+        if (c->m == NULL)
+            die("out of memory");
+    }
+    c->m[c->n].topic = topic;
+    c->m[c->n].key = xstrdup(key);
+    c->m[c->n].value = value;
+    c->n++;
+}
+
+static json_t *box_json(const cnx_box *b)
+{
+    return json_pack("{s:[III],s:[III]}", "min", (json_int_t)b->min[0],
+                     (json_int_t)b->min[1], (json_int_t)b->min[2], "max",
+                     (json_int_t)b->max[0], (json_int_t)b->max[1],
+                     (json_int_t)b->max[2]);
+}
+
+/* Every external input object has this digest (nothing reads them). */
+static char fixed_digest[CNX_DIGEST_LEN];
+
+static int fixed_lookup(void *ctx, const char *role, const char *layer,
+                        const char *object, char digest[CNX_DIGEST_LEN])
+{
+    (void)ctx;
+    (void)role;
+    (void)layer;
+    (void)object;
+    memcpy(digest, fixed_digest, CNX_DIGEST_LEN);
+    return 0;
+}
+
+/* n = nx * ny * nz with nx, ny <= 8: the task grid of the layer. */
+static void task_grid(int64_t n, int64_t g[3])
+{
+    int64_t rest = n;
+    for (int a = 0; a < 2; a++) {
+        g[a] = 8;
+        while (rest % g[a] != 0)
+            g[a]--;
+        rest /= g[a];
+    }
+    g[2] = rest;
+}
+
+/* ---- the log of a run of n tasks ------------------------------------ */
+
+static void make_log(const char *boot, const char *dir, const cnx_key *key,
+                     int64_t n, corpus *c)
+{
+    cnx_kafka_opts k = {boot, NULL, "bench-controller"};
+    const int64_t chunk[3] = {128, 128, 128};
+    const double res[3] = {8, 8, 8};
+    int64_t g[3], size[3];
+    char dataset[600], image[700], now[32], deadline[32];
+    cnx_layer_info info;
+    cnx_layer *layer;
+    cnx_workflow *wf;
+    cnx_plan_external *ext = NULL;
+    size_t next = 0;
+    cnx_plan *plan;
+    cnx_box all;
+    cnx_producer *prod;
+    char *text, *ext_text;
+    double t0 = cnx_now(), base = (double)(time_t)time(NULL);
+
+    task_grid(n, g);
+    for (int a = 0; a < 3; a++)
+        size[a] = 128 * g[a];
+    snprintf(dataset, sizeof(dataset), "file://%s/data", dir);
+    snprintf(image, sizeof(image), "%s/image", dataset);
+    cnx_info_init(&info, CNX_LAYER_IMAGE, CNX_DT_UINT8, size, res, chunk);
+    if (cnx_layer_create(&layer, image, &info) != 0)
+        die("image layer");
+    cnx_layer_free(layer);
+    all = cnx_box_make(0, 0, 0, size[0], size[1], size[2]);
+    cnx_digest("bench_controller input", 22, fixed_digest);
+
+    /* The request, as cnx-reprocess builds it. */
+    cnx_request_spec spec = {REQUEST, workflow_json, dataset, all,
+                             (int64_t)base, (int64_t)base + 86400, 0,
+                             "bench@localhost"};
+    if (cnx_request_build(&spec, &text) != 0)
+        die("request");
+    if (cnx_producer_new(&prod, &k) != 0)
+        die("producer");
+    produce(prod, c, CNX_TOPIC_REQUESTS, REQUEST, text, NULL, 0);
+    cnx_rfc3339_format((double)spec.deadline, deadline);
+    deadline[19] = 'Z'; /* whole seconds, as in the request */
+    deadline[20] = '\0';
+
+    /* The controller's decision to accept it (accept_request()). */
+    if (cnx_workflow_parse(&wf, workflow_json, strlen(workflow_json)) != 0 ||
+        cnx_plan_read_externals(&ext, &next, wf, dataset) != 0 ||
+        cnx_plan_new_with(&plan, wf, dataset, &all, ext, next) != 0 ||
+        cnx_plan_prepare_outputs(plan) != 0 ||
+        cnx_plan_externals_to_json(ext, next, &ext_text) != 0)
+        die("plan");
+    if (plan->ntasks != (size_t)n) {
+        fprintf(stderr, "bench_controller: planned %zu tasks, not %" PRId64
+                "\n", plan->ntasks, n);
+        exit(1);
+    }
+    {
+        json_t *doc, *stages = json_array(), *notes = json_array();
+        cnx_rfc3339_format(base, now);
+        doc = json_pack("{s:s,s:s,s:s,s:s}", "schema",
+                        CNX_REQUEST_STATE_SCHEMA, "request", REQUEST, "type",
+                        "accepted", "time", now);
+        for (size_t s = 0; s < plan->nstages; s++) {
+            const cnx_plan_stage *ps = &plan->stages[s];
+            const cnx_wf_stage *ws = &wf->stages[s];
+            json_array_append_new(
+                stages,
+                json_pack("{s:s,s:s,s:s,s:I,s:o,s:s,s:{s:s,s:s}}", "stage",
+                          ws->name, "worker", ws->worker, "kind",
+                          ws->kind == CNX_WF_MAP ? "map" : "reduce", "tasks",
+                          (json_int_t)ps->count, "region",
+                          box_json(&ps->region), "scale", ps->in_scale.key,
+                          "output", "layer", ps->out_layer, "scale",
+                          ps->out_scale.key));
+        }
+        for (size_t i = 0; i < plan->nnotes; i++)
+            json_array_append_new(notes, json_string(plan->notes[i]));
+        json_object_set_new(doc, "deadline", json_string(deadline));
+        json_object_set_new(doc, "tasks",
+                            json_integer((json_int_t)plan->ntasks));
+        json_object_set_new(doc, "stages", stages);
+        json_object_set_new(doc, "notes", notes);
+        json_object_set_new(doc, "externals", json_loads(ext_text, 0, NULL));
+        produce(prod, c, CNX_TOPIC_REQUESTS, REQUEST, canonical(doc), NULL,
+                0);
+    }
+
+    c->envelopes = calloc((size_t)n, sizeof(*c->envelopes));
+    if (c->envelopes == NULL)
+        die("out of memory");
+    for (int64_t t = 0; t < n; t++) {
+        const cnx_plan_task *pt = &plan->tasks[t];
+        const cnx_plan_stage *ps = &plan->stages[pt->stage];
+        const cnx_wf_stage *ws = &wf->stages[pt->stage];
+        double released = base + 0.001 * (double)t, started = released + 0.01;
+        double finished = started + 0.05;
+        char *json, *task_json, *statement, *envelope, chunkname[256];
+        char outname[2600], outdigest[CNX_DIGEST_LEN], manifest[CNX_DIGEST_LEN];
+        char when[32];
+        cnx_task *task;
+        json_t *doc;
+
+        if (cnx_plan_task_json(plan, (size_t)t, REQUEST, deadline, 0,
+                               fixed_lookup, NULL, &json) != 0 ||
+            cnx_task_parse(&task, json, strlen(json)) != 0)
+            die("task");
+        /* released: the controller's decision, keyed by the task key */
+        cnx_rfc3339_format(released, when);
+        doc = json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:I,s:s,s:s,s:s}",
+                        "schema", CNX_CONTROL_SCHEMA, "type", "released",
+                        "request", REQUEST, "stage", ws->name, "index",
+                        (json_int_t)t, "task_key", task->key, "attempt",
+                        (json_int_t)1, "lane", "bulk", "time", when,
+                        "reason", "ready");
+        produce(prod, c, CNX_TOPIC_EVENTS, task->key, canonical(doc), NULL,
+                0);
+        /* started: the worker's event */
+        cnx_rfc3339_format(started, when);
+        doc = json_pack("{s:s,s:s,s:s,s:s,s:s,s:i,s:s,s:s,s:o}", "schema",
+                        "cnx.event/1", "type", "started", "stage",
+                        task->stage, "task_key", task->key, "request",
+                        task->request, "attempt", 1, "worker", WORKER,
+                        "time", when, "roi", box_json(&task->roi));
+        produce(prod, c, CNX_TOPIC_EVENTS, task->key, canonical(doc), NULL,
+                0);
+        /* the manifest: one output chunk, the input chunks it read */
+        {
+            cnx_layer_info oinfo;
+            const cnx_task_input *in = &task->inputs[0];
+            cnx_artifact out, *ins = calloc(in->nobjects + 1, sizeof(*ins));
+            char **inames = calloc(in->nobjects + 1, sizeof(*inames));
+            cnx_provenance prov;
+            memset(&oinfo, 0, sizeof(oinfo));
+            oinfo.nscales = 1;
+            oinfo.scales[0] = ps->out_scale;
+            if (ins == NULL || inames == NULL ||
+                cnx_layer_chunk_name(&oinfo, 0, &pt->write, chunkname,
+                                     sizeof(chunkname)) != 0)
+                die("output name");
+            snprintf(outname, sizeof(outname), "%s/%s", task->output_layer,
+                     chunkname);
+            cnx_digest(outname, strlen(outname), outdigest);
+            out.name = outname;
+            out.digest = outdigest;
+            for (size_t i = 0; i < in->nobjects; i++) {
+                size_t len = strlen(in->layer) +
+                             strlen(in->objects[i].name) + 2;
+                inames[i] = malloc(len);
+                if (inames[i] == NULL)
+                    die("out of memory");
+                snprintf(inames[i], len, "%s/%s", in->layer,
+                         in->objects[i].name);
+                ins[i].name = inames[i];
+                ins[i].digest = in->objects[i].digest;
+            }
+            if (cnx_task_to_json(task, &task_json) != 0)
+                die("task JSON");
+            memset(&prov, 0, sizeof(prov));
+            prov.task_json = task_json;
+            prov.task_key = task->key;
+            prov.stage = task->stage;
+            prov.kernel_version = task->kernel_version;
+            prov.outputs = &out;
+            prov.noutputs = 1;
+            prov.inputs = ins;
+            prov.ninputs = in->nobjects;
+            prov.git_commit = cnx_build_commit();
+            prov.git_dirty = cnx_build_dirty();
+            prov.worker = WORKER;
+            prov.attempt = 1;
+            prov.started = started;
+            prov.finished = finished;
+            if (cnx_provenance_statement(&prov, &statement) != 0 ||
+                cnx_dsse_sign(key, CNX_DSSE_PAYLOAD_TYPE, statement,
+                              strlen(statement), &envelope) != 0)
+                die("manifest");
+            cnx_digest(envelope, strlen(envelope), manifest);
+            cnx_kafka_header h[] = {{"cnx-task-key", task->key},
+                                    {"cnx-stage", task->stage}};
+            c->envelopes[c->nenv++] = envelope;
+            produce(prod, c, CNX_TOPIC_LINEAGE, task->key, envelope, h, 2);
+            for (size_t i = 0; i < in->nobjects; i++)
+                free(inames[i]);
+            free(inames);
+            free(ins);
+            free(task_json);
+            free(statement);
+        }
+        /* succeeded: sent once the manifest is acknowledged */
+        cnx_rfc3339_format(finished, when);
+        doc = json_pack("{s:s,s:s,s:s,s:s,s:s,s:i,s:s,s:s,s:o}", "schema",
+                        "cnx.event/1", "type", "succeeded", "stage",
+                        task->stage, "task_key", task->key, "request",
+                        task->request, "attempt", 1, "worker", WORKER,
+                        "time", when, "roi", box_json(&task->roi));
+        json_object_set_new(doc, "timings",
+                            json_pack("{s:f,s:f,s:f,s:f}", "read_s", 0.011,
+                                      "kernel_s", 0.027, "write_s", 0.012,
+                                      "total_s", finished - started));
+        json_object_set_new(doc, "bytes_read", json_integer(128 * 128 * 128));
+        json_object_set_new(doc, "bytes_written", json_integer(64 * 64 * 64));
+        json_object_set_new(doc, "voxels", json_integer(128 * 128 * 128));
+        json_object_set_new(doc, "cpu_s", json_real(0.027));
+        json_object_set_new(doc, "outputs", json_integer(1));
+        json_object_set_new(doc, "manifest", json_string(manifest));
+        produce(prod, c, CNX_TOPIC_EVENTS, task->key, canonical(doc), NULL,
+                0);
+        cnx_task_free(task);
+        free(json);
+    }
+    if (cnx_producer_flush(prod, 120000) != 0)
+        die("flush");
+    cnx_producer_free(prod);
+    printf("log    : %zu messages (1 request, 1 accepted, %" PRId64
+           " x released + started + manifest + succeeded) for %" PRId64
+           " tasks on a %" PRId64 "x%" PRId64 "x%" PRId64 " uint8 layer, "
+           "made and acknowledged in %.1f s (untimed)\n",
+           c->n, n, n, size[0], size[1], size[2], cnx_now() - t0);
+    free(ext_text);
+    free(ext);
+    cnx_plan_free(plan);
+    cnx_workflow_free(wf);
+}
+
+/* ---- checking a ledger ---------------------------------------------- */
+
+static int64_t count(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st;
+    int64_t v = -1;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* Walk every partition's lineage chain: prev links and row digests.
+ * @return rows walked, or -1 at the first broken link. */
+static int64_t walk_chain(sqlite3 *db)
+{
+    static const char genesis[] = "sha256:0000000000000000000000000000000000"
+                                  "000000000000000000000000000000";
+    sqlite3_stmt *st;
+    char prev[CNX_DIGEST_LEN + 8] = "", row[CNX_DIGEST_LEN], chain[320];
+    int part = -1;
+    int64_t rows = 0;
+    if (sqlite3_prepare_v2(db, "SELECT partition, offset, envelope_digest, "
+                               "verified, prev, row_digest FROM lineage "
+                               "ORDER BY partition, offset",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int p = sqlite3_column_int(st, 0);
+        if (p != part) {
+            part = p;
+            snprintf(prev, sizeof(prev), "%s", genesis);
+        }
+        snprintf(chain, sizeof(chain),
+                 "cnx.lineage-row/1\n%s\n%d\n%lld\n%s\n%d\n", prev, p,
+                 (long long)sqlite3_column_int64(st, 1),
+                 (const char *)sqlite3_column_text(st, 2),
+                 sqlite3_column_int(st, 3));
+        cnx_digest(chain, strlen(chain), row);
+        if (strcmp((const char *)sqlite3_column_text(st, 4), prev) != 0 ||
+            strcmp((const char *)sqlite3_column_text(st, 5), row) != 0) {
+            rows = -1;
+            break;
+        }
+        snprintf(prev, sizeof(prev), "%s", row);
+        rows++;
+    }
+    sqlite3_finalize(st);
+    return rows;
+}
+
+static int check_ledger(const char *path, int64_t n, int quiet)
+{
+    sqlite3 *db;
+    int64_t done, verified, outputs, succeeded, rejected, chain, rows;
+    int ok;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+        return 0;
+    done = count(db, "SELECT count(*) FROM tasks WHERE request = '" REQUEST
+                     "' AND state = 'done'");
+    verified = count(db, "SELECT count(*) FROM lineage WHERE verified = 1");
+    rows = count(db, "SELECT count(*) FROM lineage");
+    outputs = count(db, "SELECT count(*) FROM outputs");
+    succeeded = count(db, "SELECT count(*) FROM attempts WHERE state = "
+                          "'succeeded' AND manifest IS NOT NULL");
+    rejected = count(db, "SELECT count(*) FROM rejected");
+    chain = walk_chain(db);
+    sqlite3_close(db);
+    ok = done == n && verified == n && rows == n && outputs == n &&
+         succeeded == n && rejected == 0 && chain == n;
+    if (!quiet || !ok)
+        printf("check  : tasks done %" PRId64 ", lineage verified %" PRId64
+               " of %" PRId64 ", outputs %" PRId64 ", succeeded attempts %"
+               PRId64 ", rejected %" PRId64 ", chain %s (%" PRId64
+               " rows): %s\n",
+               done, verified, rows, outputs, succeeded, rejected,
+               chain == rows ? "intact" : "BROKEN", chain,
+               ok ? "OK" : "WRONG");
+    return ok;
+}
+
+/* ---- the peers ------------------------------------------------------ */
+
+static double sqlite_baseline(const char *dir, const corpus *c, int run)
+{
+    char path[700];
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    double t0;
+    snprintf(path, sizeof(path), "%s/baseline-%d.db", dir, run);
+    if (sqlite3_open(path, &db) != SQLITE_OK ||
+        sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                         "CREATE TABLE log(topic TEXT NOT NULL, seq INTEGER "
+                         "NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, "
+                         "PRIMARY KEY(topic, seq)) WITHOUT ROWID",
+                     NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "INSERT INTO log VALUES(?, ?, ?, ?)", -1, &st,
+                           NULL) != SQLITE_OK) {
+        fprintf(stderr, "bench_controller: baseline: %s\n",
+                sqlite3_errmsg(db));
+        exit(1);
+    }
+    t0 = cnx_now();
+    for (size_t i = 0; i < c->n; i++) {
+        if (i % 1000 == 0)
+            sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+        sqlite3_bind_text(st, 1, c->m[i].topic, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, (int64_t)i);
+        sqlite3_bind_text(st, 3, c->m[i].key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, c->m[i].value, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_DONE) {
+            fprintf(stderr, "bench_controller: baseline: %s\n",
+                    sqlite3_errmsg(db));
+            exit(1);
+        }
+        sqlite3_reset(st);
+        if (i % 1000 == 999 || i + 1 == c->n)
+            sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    }
+    t0 = cnx_now() - t0;
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return t0;
+}
+
+static double verify_all(const corpus *c, cnx_key *pub)
+{
+    double t0 = cnx_now();
+    for (size_t i = 0; i < c->nenv; i++) {
+        uint8_t *payload = NULL;
+        size_t plen;
+        if (cnx_dsse_verify(c->envelopes[i], strlen(c->envelopes[i]), &pub,
+                            1, &payload, &plen, NULL) != 0)
+            die("verify");
+        free(payload);
+    }
+    return cnx_now() - t0;
+}
+
+/* Parse every message (and every statement inside an envelope). */
+static double parse_all(const corpus *c)
+{
+    double t0 = cnx_now();
+    for (size_t i = 0; i < c->n; i++) {
+        json_error_t e;
+        json_t *doc = json_loads(c->m[i].value, 0, &e);
+        if (doc == NULL)
+            die("parse");
+        if (c->m[i].topic == CNX_TOPIC_LINEAGE) {
+            const char *b64 = json_string_value(json_object_get(doc,
+                                                                "payload"));
+            uint8_t *raw;
+            size_t len;
+            json_t *stmt;
+            if (b64 == NULL ||
+                cnx_base64_decode(b64, strlen(b64), &raw, &len) != 0)
+                die("payload");
+            stmt = json_loadb((const char *)raw, len, 0, &e);
+            if (stmt == NULL)
+                die("statement");
+            json_decref(stmt);
+            free(raw);
+        }
+        json_decref(doc);
+    }
+    return cnx_now() - t0;
+}
+
+/* Read the three topics from their start to the end, as the rebuild's
+ * reader does, applying nothing. */
+static double read_all(const char *boot, size_t expect)
+{
+    static const char *const topics[] = {CNX_TOPIC_REQUESTS, CNX_TOPIC_EVENTS,
+                                         CNX_TOPIC_LINEAGE};
+    cnx_kafka_opts k = {boot, NULL, "bench-controller-read"};
+    cnx_consumer *reader;
+    size_t got = 0;
+    double t0 = cnx_now(), until = t0 + 120;
+    if (cnx_reader_new(&reader, &k, topics, 3, NULL, NULL) != 0)
+        die("reader");
+    while (got < expect && cnx_now() < until) {
+        cnx_message *m = NULL;
+        cnx_consumer_poll(reader, 500, &m);
+        if (m == NULL)
+            continue;
+        got++;
+        cnx_message_free(m);
+    }
+    t0 = cnx_now() - t0;
+    cnx_consumer_free(reader);
+    if (got < expect) {
+        fprintf(stderr, "bench_controller: read %zu of %zu messages\n", got,
+                expect);
+        exit(1);
+    }
+    return t0;
+}
+
+int main(int argc, char **argv)
+{
+    int64_t n = 20000;
+    char dir[] = "/tmp/cnx-bench-controller-XXXXXX", keydir[600];
+    char trust[600], pubpath[700], cmd[700];
+    double ctl_s[RUNS], base_s[RUNS], ver_s[RUNS], read_s, parse_s;
+    cnx_broker *broker;
+    cnx_key *key, *pub;
+    corpus c;
+    int ok = 1;
+
+    if (argc > 2 || (argc == 2 && (strtoll(argv[1], NULL, 10) < 1 ||
+                                   strtoll(argv[1], NULL, 10) > 1000000))) {
+        fprintf(stderr, "usage: bench_controller [N]  (tasks, 1..1000000, "
+                        "default 20000)\n");
+        return 2;
+    }
+    if (argc == 2)
+        n = strtoll(argv[1], NULL, 10);
+    memset(&c, 0, sizeof(c));
+    cnx_log_set_level(CNX_LOG_WARN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (mkdtemp(dir) == NULL ||
+        cnx_broker_new(&broker, 1, 4, "downsample") != 0)
+        die("broker");
+    printf("bench_controller: %s, %ld cores\n", cnx_build_describe(),
+           sysconf(_SC_NPROCESSORS_ONLN));
+
+    /* The signing key, and a trust directory holding only its cnx.pub. */
+    snprintf(keydir, sizeof(keydir), "%s/keys", dir);
+    snprintf(trust, sizeof(trust), "%s/trust", dir);
+    snprintf(pubpath, sizeof(pubpath), "%s/cnx.pub", keydir);
+    snprintf(cmd, sizeof(cmd), "mkdir -p '%s' && cp '%s' '%s/'", trust,
+             pubpath, trust);
+    if (cnx_key_generate(&key) != 0 || cnx_key_write(key, keydir) != 0 ||
+        system(cmd) != 0 || cnx_key_load_public(&pub, pubpath) != 0)
+        die("key");
+
+    make_log(cnx_broker_bootstraps(broker), dir, key, n, &c);
+
+    for (int r = 0; r < RUNS; r++) {
+        char ledger[700];
+        cnx_controller_opts o;
+        char *args[] = {"cnx-controller", "--brokers",
+                        (char *)cnx_broker_bootstraps(broker), "--ledger",
+                        ledger, "--trust", trust, "--rebuild", "--quiet"};
+        double t0;
+        int rc;
+        snprintf(ledger, sizeof(ledger), "%s/ledger-%d.db", dir, r);
+        if (cnx_controller_parse_args(&o, 9, args) != 0)
+            return 1;
+        t0 = cnx_now();
+        rc = cnx_controller_run(&o);
+        ctl_s[r] = cnx_now() - t0;
+        printf("ingest : run %d: %" PRId64 " completions (%zu messages) in "
+               "%.2f s: %.0f completions/s, %.0f messages/s\n",
+               r + 1, n, c.n, ctl_s[r], (double)n / ctl_s[r],
+               (double)c.n / ctl_s[r]);
+        if (rc != 0 || !check_ledger(ledger, n, r > 0)) {
+            printf("ingest : run %d: WRONG (exit %d)\n", r + 1, rc);
+            ok = 0;
+        }
+    }
+    double mctl = bench_median(ctl_s, RUNS);
+    printf("ingest : median of %d: %.2f s, %.0f completions/s, %.0f "
+           "messages/s, %.1f us per completion  target >= %.0f/s: %s\n",
+           RUNS, mctl, (double)n / mctl, (double)c.n / mctl,
+           mctl / (double)n * 1e6, TARGET,
+           (double)n / mctl >= TARGET ? "PASS" : "BELOW");
+
+    /* The peers: the pieces of the same work, each alone. */
+    read_s = read_all(cnx_broker_bootstraps(broker), c.n);
+    parse_s = parse_all(&c);
+    for (int r = 0; r < RUNS; r++) {
+        base_s[r] = sqlite_baseline(dir, &c, r);
+        ver_s[r] = verify_all(&c, pub);
+    }
+    double mbase = bench_median(base_s, RUNS), mver = bench_median(ver_s, RUNS);
+    printf("peer   : reading the %zu messages from the broker, nothing "
+           "applied: %.2f s (%.0f messages/s)  %4.1f%% of the ingest\n",
+           c.n, read_s, (double)c.n / read_s, 100 * read_s / mctl);
+    printf("peer   : parsing them with jansson (statements too): %.2f s "
+           "(%.1f us per completion)  %4.1f%%\n",
+           parse_s, parse_s / (double)n * 1e6, 100 * parse_s / mctl);
+    printf("peer   : %" PRId64 " Ed25519 DSSE verifications alone: %.2f s "
+           "(%.1f us each, %.0f/s), median of %d  %4.1f%%\n",
+           n, mver, mver / (double)n * 1e6, (double)n / mver, RUNS,
+           100 * mver / mctl);
+    printf("peer   : plain SQLite, %zu rows (one per message) into a WITHOUT "
+           "ROWID table, transactions of 1000, WAL + synchronous=NORMAL: "
+           "%.2f s (%.0f rows/s), median of %d  %4.1f%%\n",
+           c.n, mbase, (double)c.n / mbase, RUNS, 100 * mbase / mctl);
+    printf("peer   : the rest (the fold's queries and updates, positions, "
+           "chain): about %.2f s  %4.1f%%\n",
+           mctl - read_s - parse_s - mver - mbase,
+           100 * (mctl - read_s - parse_s - mver - mbase) / mctl);
+
+    for (size_t i = 0; i < c.n; i++) {
+        free(c.m[i].key);
+        free(c.m[i].value);
+    }
+    free(c.m);
+    free(c.envelopes);
+    cnx_key_free(key);
+    cnx_key_free(pub);
+    /* The broker goes with the process, like bench_runtime's. */
+    (void)broker;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench_controller: could not remove %s\n", dir);
+    return ok ? 0 : 1;
+}
