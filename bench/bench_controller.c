@@ -546,7 +546,7 @@ static double parse_all(const corpus *c)
         json_t *doc = json_loads(c->m[i].value, 0, &e);
         if (doc == NULL)
             die("parse");
-        if (c->m[i].topic == CNX_TOPIC_LINEAGE) {
+        if (strcmp(c->m[i].topic, CNX_TOPIC_LINEAGE) == 0) {
             const char *b64 = json_string_value(json_object_get(doc,
                                                                 "payload"));
             uint8_t *raw;
@@ -599,8 +599,8 @@ static double read_all(const char *boot, size_t expect)
 int main(int argc, char **argv)
 {
     int64_t n = 20000;
-    char dir[] = "/tmp/cnx-bench-controller-XXXXXX", keydir[600];
-    char trust[600], pubpath[700], cmd[700];
+    char dir[] = "/tmp/cnx-bench-controller-XXXXXX", keydir[64];
+    char trust[64], pubpath[80], cmd[256];
     double ctl_s[RUNS], base_s[RUNS], ver_s[RUNS], read_s, parse_s;
     cnx_broker *broker;
     cnx_key *key, *pub;

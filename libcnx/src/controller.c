@@ -271,7 +271,7 @@ int ctl_flush(ctl *c)
 
 /* ---- the loop ---------------------------------------------------------- */
 
-static int apply_one(ctl *c, const cnx_message *m)
+int cnx__ctl_apply_logged(ctl *c, const cnx_message *m)
 {
     int rc = ctl_apply(c, m);
     if (rc == CNX_EIO || rc == CNX_ENOMEM)
@@ -301,7 +301,7 @@ static int apply_batch(ctl *c, int wait_ms, int *got)
             return rc;
         }
         n++;
-        rc = apply_one(c, m);
+        rc = cnx__ctl_apply_logged(c, m);
         cnx_message_free(m);
         if (rc != 0)
             break;
@@ -354,7 +354,7 @@ static int catch_up(ctl *c, int interruptible)
     return rc;
 }
 
-static void ctl_close(ctl *c)
+void cnx__ctl_close(ctl *c)
 {
     for (size_t i = 0; i < CTL_MAX_STMTS && c->stmts[i].sql; i++)
         sqlite3_finalize(c->stmts[i].st);
@@ -383,6 +383,18 @@ static void ctl_close(ctl *c)
     pthread_mutex_destroy(&c->mlock);
 }
 
+int cnx__ctl_open(ctl *c, const cnx_controller_opts *opts)
+{
+    int rc;
+    memset(c, 0, sizeof(*c));
+    c->o = opts;
+    pthread_mutex_init(&c->mlock, NULL);
+    rc = ledger_open(c);
+    if (rc == 0)
+        rc = load_trust(c);
+    return rc;
+}
+
 int cnx_controller_run(const cnx_controller_opts *opts)
 {
     static const char *const topics[] = {CNX_TOPIC_REQUESTS, CNX_TOPIC_EVENTS,
@@ -392,9 +404,6 @@ int cnx_controller_run(const cnx_controller_opts *opts)
     int rc, code = 0;
     double idle_since;
 
-    memset(&c, 0, sizeof(c));
-    c.o = opts;
-    pthread_mutex_init(&c.mlock, NULL);
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
@@ -402,9 +411,7 @@ int cnx_controller_run(const cnx_controller_opts *opts)
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    rc = ledger_open(&c);
-    if (rc == 0)
-        rc = load_trust(&c);
+    rc = cnx__ctl_open(&c, opts);
     if (rc == 0)
         rc = cnx_reader_new(&c.reader, &opts->kafka, topics, 3, start_at, &c);
     if (rc == 0 && !opts->rebuild)
@@ -416,12 +423,12 @@ int cnx_controller_run(const cnx_controller_opts *opts)
     if (rc != 0) {
         fprintf(stderr, "cnx-controller: %s\n", cnx_error_last()->message);
         cnx__ctl_metrics_stop();
-        ctl_close(&c);
+        cnx__ctl_close(&c);
         return 1;
     }
     if (opts->rebuild) {
         CNX_INFO("controller", "ledger %s rebuilt", opts->ledger);
-        ctl_close(&c);
+        cnx__ctl_close(&c);
         return 0;
     }
     c.live = 1;
@@ -457,6 +464,6 @@ int cnx_controller_run(const cnx_controller_opts *opts)
     CNX_INFO("controller", "stopping after %lld message(s)",
              (long long)c.applied);
     cnx__ctl_metrics_stop();
-    ctl_close(&c);
+    cnx__ctl_close(&c);
     return code;
 }

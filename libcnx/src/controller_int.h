@@ -81,6 +81,14 @@ int ctl_publish(ctl *c, const char *topic, const char *key, const char *json,
 /* Wait for the broker's acknowledgement of everything published. */
 int ctl_flush(ctl *c);
 
+/* Open the ledger and load the trusted keys (no Kafka); close. For the
+ * controller and for tests that replay a log. */
+int cnx__ctl_open(ctl *c, const cnx_controller_opts *opts);
+void cnx__ctl_close(ctl *c);
+/* Apply a consumed message and store its position (inside the caller's
+ * transaction). */
+int cnx__ctl_apply_logged(ctl *c, const cnx_message *m);
+
 /* One round of decisions (live only). */
 int ctl_decide(ctl *c);
 
