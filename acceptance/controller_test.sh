@@ -14,8 +14,14 @@
 #     completes, no task released twice; then the ledger deleted and
 #     rebuilt with --rebuild: the same `sqlite3 .dump`;
 #  5. a deadline shorter than the work: SLO at risk, then missed, the
-#     urgent lane used, exit 5.
+#     urgent lane used, exit 5;
+#  6. tasks that go silent past their lease: released again as the next
+#     attempt, within the budget; the request completes.
 source "$(dirname "$0")/lib.sh"
+if ! "$BIN/cnx-downsample" --version | grep -q "fault hooks compiled in"; then
+  echo "FAILED: this test needs a build configured with -DCNX_FAULT_INJECTION=ON (scripts/test.sh makes one)"
+  exit 1
+fi
 
 DATA=$WORK/data
 "$BIN/cnx-synth" --out "$DATA" --shape 512,512,256 --quiet
@@ -161,6 +167,27 @@ check "the urgent lane was used" \
   [ "$(sql "SELECT count(*) > 0 FROM releases WHERE request = 'req-late' AND lane = 'urgent'")" = 1 ]
 check "urgent tasks were on cnx.tasks.downsample.urgent" \
   [ "$(topic_dump cnx.tasks.downsample.urgent | grep -c req-late)" -gt 0 ]
+
+# 6. Lost tasks: a stage whose lease (2 s) is shorter than its tasks
+#    (3.5 s without an event): the controller releases them again as the
+#    next attempt; the request completes; none beyond its budget.
+"$PY" -c 'import json, sys
+w = json.load(open(sys.argv[1]))
+w["name"] = "leased"
+w["stages"] = [dict(w["stages"][0], lease_s=2, retry_budget=3, output={"layer": "leased/v1"})]
+json.dump(w, open(sys.argv[2], "w"))' "$SRC/workflows/pyramid.json" "$WORK/leased.json"
+start_workers lease --slow-ms 3500
+set +e
+"$BIN/cnx-reprocess" --brokers "$BOOT" --workflow "$WORK/leased.json" \
+  --dataset "file://$DATA" --roi 0,0,0,256,256,128 --request req-lease \
+  --wait --json --timeout 300 >"$WORK/req-lease.json" 2>"$WORK/req-lease.err"
+RC=$?
+set -e
+check "lost tasks: the request completes (rc $RC)" [ "$RC" -eq 0 ]
+check "lost tasks were released again, as later attempts" \
+  [ "$(sql "SELECT count(*) > 0 FROM releases WHERE request = 'req-lease' AND attempt > 1 AND reason LIKE 'lost:%'")" = 1 ]
+check "no task released beyond its budget (1 + 3)" \
+  "$PY" "$SRC/acceptance/ledger_check.py" "$WORK/ledger.db" req-lease --max-releases 4
 
 # Every message the controller and cnx-reprocess wrote, against its schema.
 topic_dump cnx.requests >"$WORK/requests.jsonl"

@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
 # The main job: install what is missing, build, then run cnx end to end on
 # this machine and print a summary:
+#  - the Kafka stack: cnx-broker, cnx-controller writing the SQLite ledger
+#    (out/demo/ledger.db, trusting the demo's key) and two cnx-downsample
+#    workers, started first so that their consumer group settles while
 #  - a 256^3 synthetic dataset with ground truth and its montage tile set
-#    (cnx-synth), the tile set checked and recorded with a digest per tile
-#    (cnx-ingest --tiles), the real ISBI 2012 stack ingested as an image and
-#    a segmentation layer (cnx-ingest);
-#  - the Kafka stack: cnx-broker, cnx-controller writing the SQLite ledger,
-#    two cnx-downsample workers; `cnx-reprocess --workflow pyramid --wait`
-#    over the synthetic image, then the same region again, which must
-#    report every repeated task bit-identical (exit 0);
-#  - the ledger read with the sqlite3 shell (requests, per-stage costs),
-#    checked independently (acceptance/ledger_check.py: Python sqlite3 and
-#    hashlib), and every signed manifest stored in it verified with the
-#    openssl CLI alone (acceptance/verify_openssl.sh).
-# Every process started is stopped on exit. Exit status 0 only if every
-# check passed.
-# Outputs: out/demo/ (precomputed layers; point Neuroglancer at them; the
-# ledger out/demo/ledger.db; logs).
+#    is made (cnx-synth), the tile set checked and recorded with a digest
+#    per tile (cnx-ingest --tiles), and the real ISBI 2012 stack ingested
+#    as an image and a segmentation layer (cnx-ingest);
+#  - `cnx-reprocess --workflow pyramid --wait` (two downsampling levels of
+#    the synthetic image into pyramid/v1) over the region, then over the
+#    same region again: the second run must report every repeated task
+#    bit-identical (exit 0);
+#  - the ledger read with the sqlite3 shell (requests, the stage_costs
+#    view), checked independently (acceptance/ledger_check.py: Python's
+#    sqlite3 and hashlib), and every signed manifest stored in it
+#    (lineage.envelope) verified with the openssl CLI alone
+#    (acceptance/verify_openssl.sh).
+# Every process started is stopped on exit (SIGTERM, newest first; SIGKILL
+# after 10 s). Exit status 0 only if every check passed.
+# Outputs: out/demo/ (precomputed layers: point Neuroglancer at them; the
+# ledger; the envelopes; logs of the broker, controller and workers).
 # Environment: CNX_DEMO_SHAPE (default 256,256,256), CNX_DEMO_ROI (default
-# the whole volume), CNX_DEMO_OUT.
+# the whole volume, x0,y0,z0,x1,y1,z1), CNX_DEMO_OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -37,12 +41,12 @@ t_build=$(date +%s.%N)
 # SIGTERM first (workers finish or abandon their task, the controller
 # commits), SIGKILL for anything still there after 10 s.
 pids=()
-stop_all() {
-  local p i
-  for p in "${pids[@]:-}"; do [ -n "$p" ] && kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]:-}"; do
-    [ -n "$p" ] || continue
-    for i in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+stop_all() { # newest first: workers, controller, then the broker
+  local i j p
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    p=${pids[$i]}
+    kill -TERM "$p" 2>/dev/null || continue
+    for j in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$p" 2>/dev/null || true
     wait "$p" 2>/dev/null || true
   done
@@ -63,6 +67,40 @@ step() { # name, command...
   printf '%s\t%s\n' "$name" "$(elapsed "$s")" >>"$out/times.tsv"
 }
 
+# ---- the Kafka stack, started first: the workers' consumer group settles
+# while the data is made.
+echo "== start cnx-broker, cnx-controller (ledger) and two cnx-downsample workers"
+s=$(date +%s.%N)
+ledger=$out/ledger.db
+"$bin/cnx-keygen" --out "$out/keys" >/dev/null
+mkdir -p "$out/trust"
+cp "$out/keys/cnx.pub" "$out/trust/demo-workers.pub"
+# Metrics ports: three free ones (controller, worker 1, worker 2).
+read -r mport_c mport_1 mport_2 <<<"$(python3 -c 'import socket
+ss = [socket.socket() for _ in range(3)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')"
+mports=("$mport_c" "$mport_1" "$mport_2")
+"$bin/cnx-broker" --partitions 4 >"$out/broker.out" 2>"$out/broker.log" &
+pids+=($!)
+boot=""
+for _ in $(seq 100); do boot=$(head -n1 "$out/broker.out" 2>/dev/null || true); [ -n "$boot" ] && break; sleep 0.1; done
+[ -n "$boot" ] || { echo "cnx-broker did not start: $(cat "$out/broker.log")" >&2; exit 1; }
+CNX_LOG=info "$bin/cnx-controller" --brokers "$boot" --ledger "$ledger" --trust "$out/trust" \
+  --progress 1 --price-per-core-hour "$price" --metrics-port "$mport_c" 2>"$out/controller.log" &
+pids+=($!)
+dirty=""
+"$bin/cnx-downsample" --version | grep -q -- '-dirty$' && dirty=--allow-dirty
+for i in 1 2; do
+  "$bin/cnx-downsample" --brokers "$boot" --key "$out/keys/cnx.key" --instance "demo-$i" \
+    --metrics-port "${mports[$i]}" --session-timeout-ms 6000 $dirty --quiet \
+    2>>"$out/workers.log" &
+  pids+=($!)
+done
+echo "broker $boot; ledger $ledger; trusted key $out/trust/demo-workers.pub;" \
+  "metrics on ports $mport_c (controller), $mport_1 and $mport_2 (workers)"
+printf '%s\t%s\n' "start the Kafka stack" "$(elapsed "$s")" >>"$out/times.tsv"
+
 step "synthesise $shape" "$bin/cnx-synth" --out "$out/synth" --shape "$shape" --seed 1
 step "record tile set" "$bin/cnx-ingest" --tiles "$out/synth/tiles/tiles.json" --out "$out/tiles/v1"
 if [ -d "$shared/data/isbi2012" ]; then
@@ -73,32 +111,6 @@ if [ -d "$shared/data/isbi2012" ]; then
 else
   echo "(no $shared/data/isbi2012: skipping the ISBI ingest)"
 fi
-
-# ---- the Kafka stack ------------------------------------------------------
-echo "== start cnx-broker, cnx-controller (ledger) and two cnx-downsample workers"
-s=$(date +%s.%N)
-ledger=$out/ledger.db
-"$bin/cnx-keygen" --out "$out/keys" >/dev/null
-mkdir -p "$out/trust"
-cp "$out/keys/cnx.pub" "$out/trust/demo-workers.pub"
-"$bin/cnx-broker" --partitions 4 >"$out/broker.out" 2>"$out/broker.log" &
-pids+=($!)
-boot=""
-for _ in $(seq 100); do boot=$(head -n1 "$out/broker.out" 2>/dev/null || true); [ -n "$boot" ] && break; sleep 0.1; done
-[ -n "$boot" ] || { echo "cnx-broker did not start: $(cat "$out/broker.log")" >&2; exit 1; }
-CNX_LOG=info "$bin/cnx-controller" --brokers "$boot" --ledger "$ledger" --trust "$out/trust" \
-  --progress 1 --price-per-core-hour "$price" --metrics-port 9460 2>"$out/controller.log" &
-pids+=($!)
-dirty=""
-"$bin/cnx-downsample" --version | grep -q -- '-dirty$' && dirty=--allow-dirty
-for i in 1 2; do
-  "$bin/cnx-downsample" --brokers "$boot" --key "$out/keys/cnx.key" --instance "demo-$i" \
-    --metrics-port $((9460 + i)) --session-timeout-ms 6000 $dirty --quiet \
-    2>>"$out/workers.log" &
-  pids+=($!)
-done
-echo "broker $boot; ledger $ledger; trusted key $out/trust/demo-workers.pub"
-printf '%s\t%s\n' "start the Kafka stack" "$(elapsed "$s")" >>"$out/times.tsv"
 
 # cnx-reprocess: the pyramid workflow (two downsampling levels of the image
 # layer into pyramid/v1) over the region; its progress and summary go to
@@ -128,8 +140,9 @@ scrape() { # port, grep pattern
   python3 -c "import urllib.request, sys; print(urllib.request.urlopen('http://127.0.0.1:%s/metrics' % sys.argv[1], timeout=2).read().decode())" "$1" 2>/dev/null |
     grep -E "$2" | tr '\n' ' ' || true
 }
-w_metrics=$(scrape 9461 '^cnx_tasks_total.*succeeded')
-c_metrics=$(scrape 9460 '^cnx_controller_messages_applied_total')
+w_metrics="demo-1: $(scrape "$mport_1" '^cnx_tasks_total.*succeeded')"
+w_metrics+="; demo-2: $(scrape "$mport_2" '^cnx_tasks_total.*succeeded')"
+c_metrics=$(scrape "$mport_c" '^cnx_controller_messages_applied_total')
 s=$(date +%s.%N)
 stop_all
 printf '%s\t%s\n' "stop the Kafka stack" "$(elapsed "$s")" >>"$out/times.tsv"
@@ -218,7 +231,7 @@ sed -n 's/^request \(demo-run[12]\): done in [^(]*(\([^)]*\)).*$/\1: done in \2/
   sed 's/;$/\n/; s/;/; /g' | sed 's/^/reprocess pyramid: /'
 echo "second run: $identical of $repeated repeated tasks bit-identical (cnx-reprocess exit $rc2)"
 echo "manifests: $verified of $nenv verified with the openssl CLI alone; ledger checked independently for $ledger_ok of 2 requests"
-echo "worker demo-1 metrics: ${w_metrics:-(none)}"
+echo "worker metrics: $w_metrics"
 echo "controller metrics: ${c_metrics:-(none)}"
 python3 - "$out/synth" <<'PY'
 import hashlib, os, sys

@@ -371,6 +371,9 @@ void cnx__ctl_close(ctl *c)
         cnx_workflow_free(c->plans[i].wf);
     }
     free(c->plans);
+    for (size_t i = 0; i < c->npending; i++)
+        free(c->pending[i]);
+    free(c->pending);
     for (size_t i = 0; i < sizeof(c->digests) / sizeof(c->digests[0]); i++)
         for (ctl_digest *d = c->digests[i], *next; d != NULL; d = next) {
             next = d->next;

@@ -34,17 +34,66 @@ static double parse_time(const char *text)
     return text && cnx_rfc3339_parse(text, &t) == 0 ? (double)t : NAN;
 }
 
+/* Queue a release's control message for commit_pending. */
+static int queue_release(ctl *c, const char *text)
+{
+    if (c->npending == c->cap_pending) {
+        size_t cap = c->cap_pending ? 2 * c->cap_pending : 64;
+        char **g = realloc(c->pending, cap * sizeof(*g));
+        if (g == NULL)
+            return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+        c->pending = g;
+        c->cap_pending = cap;
+    }
+    c->pending[c->npending] = strdup(text);
+    if (c->pending[c->npending] == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+    c->npending++;
+    return 0;
+}
+
+/* Wait for the broker to acknowledge every queued release (control and
+ * task messages), then apply their control messages in one transaction. */
+static int commit_pending(ctl *c)
+{
+    int rc = 0;
+    if (c->npending == 0)
+        return 0;
+    rc = ctl_flush(c);
+    if (rc == 0)
+        rc = ctl_exec(c, "BEGIN IMMEDIATE");
+    for (size_t i = 0; rc == 0 && i < c->npending; i++) {
+        cnx_message m;
+        memset(&m, 0, sizeof(m));
+        m.topic = CNX_TOPIC_EVENTS;
+        m.partition = -1;
+        m.offset = -1;
+        m.value = c->pending[i];
+        m.len = strlen(c->pending[i]);
+        rc = ctl_apply(c, &m);
+        if (rc != 0)
+            ctl_exec(c, "ROLLBACK");
+    }
+    if (rc == 0 && (rc = ctl_exec(c, "COMMIT")) != 0)
+        ctl_exec(c, "ROLLBACK");
+    for (size_t i = 0; i < c->npending; i++)
+        free(c->pending[i]);
+    c->npending = 0;
+    return rc;
+}
+
 /* Publish doc (consumed) to topic, wait for the acknowledgement, then
  * apply it to the ledger in a transaction of its own. */
 static int decide(ctl *c, const char *topic, const char *key, json_t *doc)
 {
     char *text = cnx__json_canonical(doc);
     cnx_message m;
-    int rc;
+    int rc = commit_pending(c);
     json_decref(doc);
     if (text == NULL)
         return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
-    rc = ctl_publish(c, topic, key, text, NULL, 0);
+    if (rc == 0)
+        rc = ctl_publish(c, topic, key, text, NULL, 0);
     if (rc == 0)
         rc = ctl_flush(c);
     if (rc == 0)
@@ -436,22 +485,7 @@ static int release(ctl *c, const char *request, const char *deadline,
         if (rc == 0)
             rc = ctl_publish(c, topic, task->key, json, h, 2);
         if (rc == 0)
-            rc = ctl_flush(c);
-        if (rc == 0) {
-            cnx_message m;
-            memset(&m, 0, sizeof(m));
-            m.topic = CNX_TOPIC_EVENTS;
-            m.partition = -1;
-            m.value = text;
-            m.len = strlen(text);
-            rc = ctl_exec(c, "BEGIN IMMEDIATE");
-            if (rc == 0) {
-                rc = ctl_apply(c, &m);
-                rc = rc == 0 ? ctl_exec(c, "COMMIT") : rc;
-                if (rc != 0)
-                    ctl_exec(c, "ROLLBACK");
-            }
-        }
+            rc = queue_release(c, text);
         free(text);
     }
 done:
@@ -476,10 +510,12 @@ static int release_ready(ctl *c, const char *request, const char *deadline,
     for (int i = 0; i < n && rc == 0; i++)
         rc = release(c, request, deadline, urgent, reuse, idx[i], 1,
                      "ready");
-    return rc;
+    /* One acknowledgement and one transaction for the whole batch. */
+    return rc == 0 ? commit_pending(c) : rc;
 }
 
-/* Tasks released whose attempt went silent past the stage's lease. */
+/* Tasks with an attempt that started and went silent past the stage's
+ * lease (a task still waiting in its topic is queued, not lost). */
 static int check_leases(ctl *c, const char *request, const char *deadline,
                         int urgent)
 {
@@ -495,7 +531,9 @@ static int check_leases(ctl *c, const char *request, const char *deadline,
         c, "SELECT t.idx, t.last_seen, t.last_attempt, t.releases, "
            "s.lease_s, s.retry_budget, t.task_key, t.stage FROM tasks t JOIN "
            "stages s ON s.request = t.request AND s.stage = t.stage WHERE "
-           "t.request = ? AND t.state = 'released'");
+           "t.request = ? AND t.state = 'released' AND EXISTS (SELECT 1 "
+           "FROM attempts a WHERE a.task_key = t.task_key AND a.request = "
+           "t.request AND a.state = 'started')");
     if (st == NULL)
         return CNX_EIO;
     ctl_bind_text(st, 1, request);
@@ -525,6 +563,8 @@ static int check_leases(ctl *c, const char *request, const char *deadline,
                      lost[i].key, request, why);
             rc = release(c, request, deadline, urgent, 0, lost[i].idx,
                          lost[i].last_attempt + 1, why);
+            if (rc == 0)
+                rc = commit_pending(c);
         } else {
             char final[320];
             snprintf(final, sizeof(final), "%s; retry budget (%lld) spent",
@@ -775,9 +815,8 @@ static int finish(ctl *c, const req_row *r, int64_t dead, int64_t never_run)
  * can move any more. */
 static int follow(ctl *c, const req_row *r, int tick)
 {
-    int64_t remaining, done_run, active, never_run, dead;
-    json_t *stages = stage_counts(c, r->id, &remaining, &done_run, &active,
-                                  &never_run, &dead);
+    int64_t remaining, done_run, active = 0, never_run, dead;
+    json_t *stages;
     double now = ctl_wall(), deadline = parse_time(r->deadline);
     double submitted = parse_time(r->submitted), first = NAN, eta = NAN;
     double margin = c->o->at_risk_margin * (deadline - submitted);
@@ -787,20 +826,28 @@ static int follow(ctl *c, const req_row *r, int tick)
     sqlite3_stmt *st;
     int rc = 0;
 
-    st = ctl_stmt(c, "SELECT count(*) FROM tasks WHERE request = ? AND "
-                     "state = 'planned' AND deps_left <= 0");
-    if (st != NULL) {
-        ctl_bind_text(st, 1, r->id);
-        if (sqlite3_step(st) == SQLITE_ROW)
-            ready = sqlite3_column_int64(st, 0);
+    /* Cheap checks every round (both use the tasks_by_state index); the
+     * per-stage counts only on a progress tick or at the end. */
+    st = ctl_stmt(c, "SELECT (SELECT count(*) FROM tasks WHERE request = ?1 "
+                     "AND state = 'planned' AND deps_left <= 0), "
+                     "(SELECT count(*) FROM tasks WHERE request = ?1 AND "
+                     "state = 'released')");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, r->id);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        ready = sqlite3_column_int64(st, 0);
+        active = sqlite3_column_int64(st, 1);
     }
+    if (active > 0 || ready > 0) {
+        if (!tick)
+            return 0;
+    }
+    stages = stage_counts(c, r->id, &remaining, &done_run, &active,
+                          &never_run, &dead);
     if (active == 0 && ready == 0) {
         json_decref(stages);
         return finish(c, r, dead, never_run);
-    }
-    if (!tick) {
-        json_decref(stages);
-        return 0;
     }
     /* ETA from measured throughput: tasks run by this request so far over
      * the time since its first release. */

@@ -47,6 +47,8 @@ typedef struct ctl {
     ctl_plan *plans;
     size_t nplans;
     ctl_digest *digests[4096];
+    char **pending;    /* releases sent, to apply once acknowledged */
+    size_t npending, cap_pending;
     int live;          /* caught up: decisions allowed */
     int dirty;         /* applied something since the last decision round */
     double last_progress;

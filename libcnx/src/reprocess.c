@@ -1070,11 +1070,13 @@ int cnx_reprocess_exit_code(const cnx_request_state *fin)
     int failed = fin->outcome_failed || fin->nfailures > 0;
 
     assert(fin->type == CNX_STATE_FINISHED);
-    if (fin->nviolations > 0 || fin->identical < fin->repeated)
-        return CNX_REPROCESS_VIOLATION;
     for (size_t i = 0; i < fin->nstages; i++)
         if (fin->stages[i].dead > 0 || fin->stages[i].never_run > 0)
             failed = 1;
+    /* A repeated task that did not finish this time is a failure, not a
+     * violation: only a mismatch that failures do not explain is. */
+    if (fin->nviolations > 0 || (fin->identical < fin->repeated && !failed))
+        return CNX_REPROCESS_VIOLATION;
     if (failed)
         return CNX_REPROCESS_FAILED;
     if (fin->slo == CNX_SLO_MISSED)

@@ -141,7 +141,14 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
             break;
         case 'q': opts->quiet = 1; break;
         case O_HELP: help(stage); return 1;
-        case O_VERSION: printf("%s\n", cnx_build_describe()); return 1;
+        case O_VERSION:
+#ifdef CNX_FAULT_INJECTION
+            printf("%s (test build: fault hooks compiled in)\n",
+                   cnx_build_describe());
+#else
+            printf("%s\n", cnx_build_describe());
+#endif
+            return 1;
         default:
             return usage_error(stage, "unknown option",
                                argv[optind - 1]);
