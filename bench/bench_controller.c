@@ -41,7 +41,6 @@
 #include "cnx/controller.h"
 #include "cnx/digest.h"
 #include "cnx/error.h"
-#include "cnx/json.h"
 #include "cnx/kafka.h"
 #include "cnx/lineage.h"
 #include "cnx/log.h"
@@ -52,6 +51,9 @@
 
 #define RUNS 3
 #define TARGET 2000.0
+/* A first run slower than this is not repeated (keeps a slow controller's
+ * default run to minutes, not a quarter of an hour). */
+#define RUN_BUDGET_S 60.0
 #define REQUEST "bench-controller"
 #define WORKER "bench-0"
 
@@ -97,15 +99,16 @@ static char *xstrdup(const char *s)
     return d;
 }
 
-/* Canonical JSON of doc (consumed), as the real producers write it. */
+/* Canonical JSON of doc (consumed): the flags of cnx's canonical form
+ * (cnx/json.h), with which the worker and the controller write theirs. */
 static char *canonical(json_t *doc)
 {
-    char *loose = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS), *out = NULL;
+    char *out = json_dumps(doc, JSON_SORT_KEYS | JSON_COMPACT |
+                                    JSON_REAL_PRECISION(17) |
+                                    JSON_ENCODE_ANY);
     json_decref(doc);
-    if (loose == NULL ||
-        cnx_json_canonicalize(loose, strlen(loose), "bench", &out) != 0)
+    if (out == NULL)
         die("canonical JSON");
-    free(loose);
     return out;
 }
 
@@ -523,10 +526,12 @@ static double sqlite_baseline(const char *dir, const corpus *c, int run)
     return t0;
 }
 
-static double verify_all(const corpus *c, cnx_key *pub)
+/* Verify envelopes [from, to) as the controller does (payload kept). */
+static double verify_range(const corpus *c, cnx_key *pub, size_t from,
+                           size_t to)
 {
     double t0 = cnx_now();
-    for (size_t i = 0; i < c->nenv; i++) {
+    for (size_t i = from; i < to; i++) {
         uint8_t *payload = NULL;
         size_t plen;
         if (cnx_dsse_verify(c->envelopes[i], strlen(c->envelopes[i]), &pub,
@@ -605,7 +610,7 @@ int main(int argc, char **argv)
     cnx_broker *broker;
     cnx_key *key, *pub;
     corpus c;
-    int ok = 1;
+    int ok = 1, runs = RUNS;
 
     if (argc > 2 || (argc == 2 && (strtoll(argv[1], NULL, 10) < 1 ||
                                    strtoll(argv[1], NULL, 10) > 1000000))) {
@@ -636,7 +641,8 @@ int main(int argc, char **argv)
 
     make_log(cnx_broker_bootstraps(broker), dir, key, n, &c);
 
-    for (int r = 0; r < RUNS; r++) {
+    for (int r = 0; r < RUNS && (r == 0 || ctl_s[0] <= RUN_BUDGET_S);
+         r++) {
         char ledger[700];
         cnx_controller_opts o;
         char *args[] = {"cnx-controller", "--brokers",
@@ -659,19 +665,30 @@ int main(int argc, char **argv)
             ok = 0;
         }
     }
-    double mctl = bench_median(ctl_s, RUNS);
+    if (ctl_s[0] > RUN_BUDGET_S) {
+        runs = 1;
+        printf("ingest : run 1 took over %.0f s: runs 2 and 3 skipped\n",
+               RUN_BUDGET_S);
+    }
+    double mctl = bench_median(ctl_s, runs);
     printf("ingest : median of %d: %.2f s, %.0f completions/s, %.0f "
            "messages/s, %.1f us per completion  target >= %.0f/s: %s\n",
-           RUNS, mctl, (double)n / mctl, (double)c.n / mctl,
+           runs, mctl, (double)n / mctl, (double)c.n / mctl,
            mctl / (double)n * 1e6, TARGET,
            (double)n / mctl >= TARGET ? "PASS" : "BELOW");
 
     /* The peers: the pieces of the same work, each alone. */
     read_s = read_all(cnx_broker_bootstraps(broker), c.n);
     parse_s = parse_all(&c);
+    /* N verifications in all: a third of the envelopes per run, each
+     * run's time scaled to N. */
     for (int r = 0; r < RUNS; r++) {
+        size_t from = c.nenv * (size_t)r / RUNS;
+        size_t to = c.nenv * (size_t)(r + 1) / RUNS;
         base_s[r] = sqlite_baseline(dir, &c, r);
-        ver_s[r] = verify_all(&c, pub);
+        ver_s[r] = to > from ? verify_range(&c, pub, from, to) *
+                                   (double)c.nenv / (double)(to - from)
+                             : 0;
     }
     double mbase = bench_median(base_s, RUNS), mver = bench_median(ver_s, RUNS);
     printf("peer   : reading the %zu messages from the broker, nothing "
@@ -680,8 +697,9 @@ int main(int argc, char **argv)
     printf("peer   : parsing them with jansson (statements too): %.2f s "
            "(%.1f us per completion)  %4.1f%%\n",
            parse_s, parse_s / (double)n * 1e6, 100 * parse_s / mctl);
-    printf("peer   : %" PRId64 " Ed25519 DSSE verifications alone: %.2f s "
-           "(%.1f us each, %.0f/s), median of %d  %4.1f%%\n",
+    printf("peer   : %" PRId64 " DSSE verifications alone (Ed25519, as the "
+           "controller calls it): %.2f s (%.1f us each, %.0f/s), median of "
+           "%d thirds  %4.1f%%\n",
            n, mver, mver / (double)n * 1e6, (double)n / mver, RUNS,
            100 * mver / mctl);
     printf("peer   : plain SQLite, %zu rows (one per message) into a WITHOUT "

@@ -90,7 +90,7 @@ CNX_LOG=info "$bin/cnx-controller" --brokers "$boot" --ledger "$ledger" --trust 
   --progress 1 --price-per-core-hour "$price" --metrics-port "$mport_c" 2>"$out/controller.log" &
 pids+=($!)
 dirty=""
-"$bin/cnx-downsample" --version | grep -q -- '-dirty$' && dirty=--allow-dirty
+"$bin/cnx-downsample" --version | grep -qE -- '-dirty( |$)' && dirty=--allow-dirty
 for i in 1 2; do
   "$bin/cnx-downsample" --brokers "$boot" --key "$out/keys/cnx.key" --instance "demo-$i" \
     --metrics-port "${mports[$i]}" --session-timeout-ms 6000 $dirty --quiet \
@@ -136,13 +136,15 @@ rc2=$rc
 [ "$rc2" -eq 0 ] || problems+=("second cnx-reprocess exited $rc2 (0: every repeated task bit-identical)")
 
 # Metrics while the processes still run, then stop them all.
-scrape() { # port, grep pattern
-  python3 -c "import urllib.request, sys; print(urllib.request.urlopen('http://127.0.0.1:%s/metrics' % sys.argv[1], timeout=2).read().decode())" "$1" 2>/dev/null |
-    grep -E "$2" | tr '\n' ' ' || true
+scrape() { # port, metric line pattern -> the sum of the matching samples
+  python3 - "$1" "$2" <<'PY' 2>/dev/null || echo "?"
+import re, sys, urllib.request
+text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=2).read().decode()
+print("%g" % sum(float(l.split()[-1]) for l in text.splitlines() if re.match(sys.argv[2], l)))
+PY
 }
-w_metrics="demo-1: $(scrape "$mport_1" '^cnx_tasks_total.*succeeded')"
-w_metrics+="; demo-2: $(scrape "$mport_2" '^cnx_tasks_total.*succeeded')"
-c_metrics=$(scrape "$mport_c" '^cnx_controller_messages_applied_total')
+w_metrics="demo-1 $(scrape "$mport_1" '^cnx_tasks_total.*succeeded'), demo-2 $(scrape "$mport_2" '^cnx_tasks_total.*succeeded') tasks succeeded (cnx_tasks_total)"
+c_metrics="$(scrape "$mport_c" '^cnx_controller_messages_applied_total') messages applied (cnx_controller_messages_applied_total)"
 s=$(date +%s.%N)
 stop_all
 printf '%s\t%s\n' "stop the Kafka stack" "$(elapsed "$s")" >>"$out/times.tsv"

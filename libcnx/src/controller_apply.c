@@ -156,23 +156,23 @@ static int apply_request(ctl *c, const json_t *m)
     if (id == NULL || strlen(id) > 128 ||
         strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                    "0123456789._:-") != strlen(id) || id[0] == '\0')
-        return bad("request", "request: must be 1-128 of A-Z a-z 0-9 . _ : -");
+        return bad("cnx.request/1", "request: must be 1-128 of A-Z a-z 0-9 . _ : -");
     if (!json_is_object(wf) || !json_is_string(json_object_get(wf, "name")))
-        return bad("request", "workflow: must be a workflow document");
+        return bad("cnx.request/1", "workflow: must be a workflow document");
     if (ds == NULL || ds[0] == '\0')
-        return bad("request", "dataset: must be a store URL");
+        return bad("cnx.request/1", "dataset: must be a store URL");
     if (!json_is_object(roi) ||
         cnx__json_ivec(json_object_get(roi, "min"), 3, -(1LL << 40),
                        1LL << 40, v, CNX_ESCHEMA, "request: roi.min") != 0 ||
         cnx__json_ivec(json_object_get(roi, "max"), 3, -(1LL << 40),
                        1LL << 40, v, CNX_ESCHEMA, "request: roi.max") != 0)
-        return bad("request", "roi: must be {min: [3 ints], max: [3 ints]}");
+        return bad("cnx.request/1", "roi: must be {min: [3 ints], max: [3 ints]}");
     if (!valid_time(deadline))
-        return bad("request", "deadline: must be RFC 3339 UTC");
+        return bad("cnx.request/1", "deadline: must be RFC 3339 UTC");
     if (!valid_time(sub))
-        return bad("request", "submitted: must be RFC 3339 UTC");
+        return bad("cnx.request/1", "submitted: must be RFC 3339 UTC");
     if (reuse != NULL && !json_is_boolean(reuse))
-        return bad("request", "reuse: must be true or false");
+        return bad("cnx.request/1", "reuse: must be true or false");
     wj = cnx__json_canonical(wf);
     rj = cnx__json_canonical(roi);
     if (wj == NULL || rj == NULL) {
@@ -489,9 +489,11 @@ static int apply_event(ctl *c, const json_t *m)
     int rc;
 
     if (type == NULL || key == NULL || req == NULL || worker == NULL ||
-        stage == NULL || attempt < 1 || !valid_time(time))
-        return bad("event", "type, stage, task_key, request, attempt, "
-                            "worker and time are required");
+        stage == NULL || !valid_time(time))
+        return bad("cnx.event/1", "type, stage, task_key, request, attempt, "
+                                  "worker and time are required");
+    if (attempt < 1)
+        return bad("cnx.event/1", "attempt: must be an integer >= 1");
     rank = strcmp(type, "started") == 0     ? 1
            : strcmp(type, "preempted") == 0 ? 2
            : strcmp(type, "failed") == 0    ? 3

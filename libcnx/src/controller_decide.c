@@ -179,6 +179,7 @@ static int accept_request(ctl *c, const char *request, const char *wjson,
     json_t *roi = NULL, *doc = NULL, *stages, *notes, *externals = NULL;
     char *ext_text = NULL, why[2048];
     int64_t lo[3], hi[3];
+    double t0 = cnx_now();
     cnx_box box;
     int rc;
 
@@ -254,9 +255,14 @@ static int accept_request(ctl *c, const char *request, const char *wjson,
     json_object_set_new(doc, "notes", notes);
     json_object_set_new(doc, "externals", externals ? externals
                                                     : json_array());
-    CNX_INFO("controller", "request %s accepted: %zu task(s) in %zu "
-             "stage(s)", request, plan->ntasks, plan->nstages);
-    rc = decide(c, CNX_TOPIC_REQUESTS, request, doc);
+    {
+        double t1 = cnx_now();
+        rc = decide(c, CNX_TOPIC_REQUESTS, request, doc);
+        CNX_INFO("controller", "request %s accepted: %zu task(s) in %zu "
+                 "stage(s); planned in %.3f s, in the ledger %.3f s later",
+                 request, plan->ntasks, plan->nstages, t1 - t0,
+                 cnx_now() - t1);
+    }
 done:
     free(ext_text);
     free(ext);
