@@ -24,6 +24,11 @@
 # Environment: CNX_DEMO_SHAPE (default 256,256,256), CNX_DEMO_ROI (default
 # the whole volume, x0,y0,z0,x1,y1,z1), CNX_DEMO_OUT.
 set -euo pipefail
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+  echo "usage: bash scripts/demo.sh   (or: cnx demo)"
+  exit 0
+fi
 cd "$(dirname "$0")/.."
 root=$PWD
 shape=${CNX_DEMO_SHAPE:-256,256,256}

@@ -1,11 +1,14 @@
 /*
  * cnx - the umbrella command: `cnx <cmd> [args...]` runs `cnx-<cmd>` from
  * the directory this binary lives in (so a build tree or an install prefix
- * works without PATH changes), falling back to PATH.
+ * works without PATH changes), falling back to PATH. `cnx demo` runs the
+ * main job, scripts/demo.sh of the source tree the binary was built from
+ * (or $CNX_SOURCE's).
  */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -14,9 +17,35 @@ static const char *const commands[][2] = {
     {"ingest", "PNG/TIFF stacks and montage tile sets into layers"},
     {"broker", "development Kafka broker (librdkafka's mock cluster)"},
     {"keygen", "Ed25519 key pair that signs worker manifests"},
+    {"controller", "the ledger's single writer: plans, releases, SLOs"},
+    {"reprocess", "reprocess a region through a workflow, with its SLO"},
     {"submit", "publish the tasks of a stage over a region"},
     {"downsample", "worker: one mip level of a layer's pyramid per task"},
+    {"demo", "the whole stack on this machine (scripts/demo.sh)"},
 };
+
+#ifndef CNX_SOURCE_DIR
+#define CNX_SOURCE_DIR "."
+#endif
+
+/* Run scripts/demo.sh with the remaining arguments. */
+static int demo(char **argv)
+{
+    const char *src = getenv("CNX_SOURCE");
+    char script[PATH_MAX];
+    snprintf(script, sizeof(script), "%s/scripts/demo.sh",
+             src != NULL ? src : CNX_SOURCE_DIR);
+    if (access(script, R_OK) != 0) {
+        fprintf(stderr, "cnx demo: %s not found (set CNX_SOURCE to a cnx "
+                        "source tree)\n", script);
+        return 1;
+    }
+    argv[0] = "bash";
+    argv[1] = script;
+    execvp("bash", argv);
+    fprintf(stderr, "cnx demo: cannot run bash: %s\n", strerror(errno));
+    return 1;
+}
 
 static void usage(FILE *out)
 {
@@ -38,6 +67,8 @@ int main(int argc, char **argv)
         usage(stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (strcmp(argv[1], "demo") == 0)
+        return demo(argv);
     if (strchr(argv[1], '/') != NULL || strlen(argv[1]) > 40) {
         fprintf(stderr, "cnx: '%.40s' is not a command name\n", argv[1]);
         return 2;
