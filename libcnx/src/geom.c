@@ -17,30 +17,6 @@
 
 #include "cnx/error.h"
 
-static int64_t imin(int64_t a, int64_t b)
-{
-    return a < b ? a : b;
-}
-
-static int64_t imax(int64_t a, int64_t b)
-{
-    return a > b ? a : b;
-}
-
-/* Floor division for a possibly negative numerator, positive divisor. */
-static int64_t floordiv(int64_t a, int64_t b)
-{
-    int64_t q = a / b;
-    if ((a % b != 0) && (a < 0))
-        q--;
-    return q;
-}
-
-static int64_t ceildiv(int64_t a, int64_t b)
-{
-    return -floordiv(-a, b);
-}
-
 cnx_box cnx_box_make(int64_t x0, int64_t y0, int64_t z0, int64_t x1,
                      int64_t y1, int64_t z1)
 {
@@ -59,7 +35,7 @@ int cnx_box_empty(const cnx_box *box)
 void cnx_box_size(const cnx_box *box, int64_t size[3])
 {
     for (int i = 0; i < 3; i++)
-        size[i] = imax(0, box->max[i] - box->min[i]);
+        size[i] = cnx_imax(0, box->max[i] - box->min[i]);
 }
 
 int64_t cnx_box_voxels(const cnx_box *box)
@@ -73,8 +49,8 @@ cnx_box cnx_box_intersect(const cnx_box *a, const cnx_box *b)
 {
     cnx_box r;
     for (int i = 0; i < 3; i++) {
-        r.min[i] = imax(a->min[i], b->min[i]);
-        r.max[i] = imin(a->max[i], b->max[i]);
+        r.min[i] = cnx_imax(a->min[i], b->min[i]);
+        r.max[i] = cnx_imin(a->max[i], b->max[i]);
         if (r.max[i] < r.min[i])
             r.max[i] = r.min[i];
     }
@@ -191,7 +167,7 @@ cnx_box cnx_grid_bounds(const cnx_grid *grid)
 void cnx_grid_counts(const cnx_grid *grid, int64_t counts[3])
 {
     for (int i = 0; i < 3; i++)
-        counts[i] = ceildiv(grid->size[i], grid->chunk[i]);
+        counts[i] = cnx_ceildiv(grid->size[i], grid->chunk[i]);
 }
 
 cnx_box cnx_grid_chunk_box(const cnx_grid *grid, const int64_t g[3])
@@ -200,7 +176,7 @@ cnx_box cnx_grid_chunk_box(const cnx_grid *grid, const int64_t g[3])
     for (int i = 0; i < 3; i++) {
         b.min[i] = grid->offset[i] + g[i] * grid->chunk[i];
         b.max[i] = grid->offset[i] +
-                   imin((g[i] + 1) * grid->chunk[i], grid->size[i]);
+                   cnx_imin((g[i] + 1) * grid->chunk[i], grid->size[i]);
     }
     return b;
 }
@@ -231,8 +207,8 @@ void cnx_grid_chunk_range(const cnx_grid *grid, const cnx_box *box,
             lo[i] = hi[i] = 0;
             continue;
         }
-        lo[i] = floordiv(clip.min[i] - grid->offset[i], grid->chunk[i]);
-        hi[i] = ceildiv(clip.max[i] - grid->offset[i], grid->chunk[i]);
+        lo[i] = cnx_floordiv(clip.min[i] - grid->offset[i], grid->chunk[i]);
+        hi[i] = cnx_ceildiv(clip.max[i] - grid->offset[i], grid->chunk[i]);
     }
 }
 
@@ -262,8 +238,8 @@ int cnx_boxgen(cnx_box **out, size_t *count, const cnx_grid *grid,
         step[i] = task_size[i] / grid->chunk[i];
         /* Task cells are aligned to the grid origin, not to the roi, so two
          * requests over overlapping regions cut identical tasks. */
-        lo[i] = floordiv(first[i], step[i]) * step[i];
-        n[i] = ceildiv(hi[i] - lo[i], step[i]);
+        lo[i] = cnx_floordiv(first[i], step[i]) * step[i];
+        n[i] = cnx_ceildiv(hi[i] - lo[i], step[i]);
     }
     if (n[0] * n[1] * n[2] > (int64_t)(SIZE_MAX / sizeof(cnx_box)))
         return cnx_error_set(CNX_ETOOBIG, 0, "too many task boxes");
@@ -278,11 +254,11 @@ int cnx_boxgen(cnx_box **out, size_t *count, const cnx_grid *grid,
                 for (int i = 0; i < 3; i++) {
                     /* Chunk indices [g0, g1) of this cell that the widened
                      * roi covers. */
-                    int64_t g0 = imax(lo[i] + c[i] * step[i], first[i]);
-                    int64_t g1 = imin(lo[i] + (c[i] + 1) * step[i], hi[i]);
+                    int64_t g0 = cnx_imax(lo[i] + c[i] * step[i], first[i]);
+                    int64_t g1 = cnx_imin(lo[i] + (c[i] + 1) * step[i], hi[i]);
                     b.min[i] = grid->offset[i] + g0 * grid->chunk[i];
                     b.max[i] = grid->offset[i] +
-                               imin(g1 * grid->chunk[i], grid->size[i]);
+                               cnx_imin(g1 * grid->chunk[i], grid->size[i]);
                 }
                 if (!cnx_box_empty(&b))
                     boxes[k++] = b;

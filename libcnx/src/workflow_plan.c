@@ -53,29 +53,6 @@ static int nomem(void)
     return cnx_error_set(CNX_ENOMEM, 0, "plan: out of memory");
 }
 
-static int64_t imin(int64_t a, int64_t b)
-{
-    return a < b ? a : b;
-}
-
-static int64_t imax(int64_t a, int64_t b)
-{
-    return a > b ? a : b;
-}
-
-static int64_t floordiv(int64_t a, int64_t b)
-{
-    int64_t q = a / b;
-    if (a % b != 0 && a < 0)
-        q--;
-    return q;
-}
-
-static int64_t ceildiv(int64_t a, int64_t b)
-{
-    return -floordiv(-a, b);
-}
-
 static cnx_box scale_bounds(const cnx_scale *sc)
 {
     cnx_box b;
@@ -127,8 +104,8 @@ static cnx_box box_union(const cnx_box *a, const cnx_box *b)
     if (cnx_box_empty(b))
         return *a;
     for (int i = 0; i < 3; i++) {
-        r.min[i] = imin(a->min[i], b->min[i]);
-        r.max[i] = imax(a->max[i], b->max[i]);
+        r.min[i] = cnx_imin(a->min[i], b->min[i]);
+        r.max[i] = cnx_imax(a->max[i], b->max[i]);
     }
     return r;
 }
@@ -141,8 +118,8 @@ static cnx_box snap(const cnx_box *b, const cnx_scale *sc)
         return *b;
     for (int i = 0; i < 3; i++) {
         int64_t o = sc->voxel_offset[i], c = sc->chunk[i];
-        r.min[i] = o + floordiv(b->min[i] - o, c) * c;
-        r.max[i] = o + ceildiv(b->max[i] - o, c) * c;
+        r.min[i] = o + cnx_floordiv(b->min[i] - o, c) * c;
+        r.max[i] = o + cnx_ceildiv(b->max[i] - o, c) * c;
     }
     return cnx_box_intersect(&r, &bounds);
 }
@@ -775,10 +752,10 @@ static int set_axes(cnx_plan *p, size_t s, const cnx_box *boxes, size_t n)
             const cnx_box *b = &boxes[k * stride];
             ax->rmin[k] = b->min[i];
             ax->rmax[k] = b->max[i];
-            ax->wmin[k] = floordiv(b->min[i], ps->factor[i]);
-            ax->wmax[k] = ceildiv(b->max[i], ps->factor[i]);
-            ax->gmin[k] = imax(b->min[i] - h, ib.min[i]);
-            ax->gmax[k] = imin(b->max[i] + h, ib.max[i]);
+            ax->wmin[k] = cnx_floordiv(b->min[i], ps->factor[i]);
+            ax->wmax[k] = cnx_ceildiv(b->max[i], ps->factor[i]);
+            ax->gmin[k] = cnx_imax(b->min[i] - h, ib.min[i]);
+            ax->gmax[k] = cnx_imin(b->max[i] + h, ib.max[i]);
         }
     }
     /* The generator's boxes are exactly the products of the intervals. */
@@ -856,8 +833,8 @@ static int cut(cnx_plan *p)
             t->stage = (uint32_t)s;
             t->roi = boxes[s][k];
             for (int i = 0; i < 3; i++) {
-                t->write.min[i] = floordiv(t->roi.min[i], ps->factor[i]);
-                t->write.max[i] = ceildiv(t->roi.max[i], ps->factor[i]);
+                t->write.min[i] = cnx_floordiv(t->roi.min[i], ps->factor[i]);
+                t->write.max[i] = cnx_ceildiv(t->roi.max[i], ps->factor[i]);
             }
         }
     }

@@ -28,6 +28,25 @@ typedef struct cnx_grid {
     int64_t chunk[3];  /* chunk size */
 } cnx_grid;
 
+/* Integer helpers for grid arithmetic (also for negative coordinates). */
+static inline int64_t cnx_imin(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t cnx_imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/** floor(a / b) for b > 0, also for negative a. */
+static inline int64_t cnx_floordiv(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    if (a % b != 0 && a < 0)
+        q--;
+    return q;
+}
+
+/** ceil(a / b) for b > 0, also for negative a. */
+static inline int64_t cnx_ceildiv(int64_t a, int64_t b)
+{
+    return -cnx_floordiv(-a, b);
+}
+
 /** @return a box from min and max corners. */
 cnx_box cnx_box_make(int64_t x0, int64_t y0, int64_t z0, int64_t x1,
                      int64_t y1, int64_t z1);

@@ -22,20 +22,6 @@
 
 #include "cnx/error.h"
 
-/* floor(a / b) for b > 0, also for negative a. */
-static int64_t floor_div(int64_t a, int64_t b)
-{
-    int64_t q = a / b;
-    if (a % b != 0 && a < 0)
-        q--;
-    return q;
-}
-
-static int64_t ceil_div(int64_t a, int64_t b)
-{
-    return -floor_div(-a, b);
-}
-
 void cnx_downsample_factor(const double res[3], int64_t factor[3])
 {
     const double t = 2.0 * (res[0] < res[1] ? res[0] : res[1]);
@@ -72,7 +58,7 @@ int cnx_downsample_box(const cnx_box *in, const int64_t factor[3], cnx_box *out)
                                  i, (long long)in->min[i],
                                  (long long)factor[i]);
         out->min[i] = in->min[i] / factor[i];
-        out->max[i] = ceil_div(in->max[i], factor[i]);
+        out->max[i] = cnx_ceildiv(in->max[i], factor[i]);
     }
     return 0;
 }
@@ -407,8 +393,8 @@ int cnx_downsample_next_scale(const cnx_scale *src, cnx_scale *out)
     memset(out, 0, sizeof(*out));
     for (int i = 0; i < 3; i++) {
         out->resolution[i] = src->resolution[i] * (double)f[i];
-        out->size[i] = ceil_div(src->size[i], f[i]);
-        out->voxel_offset[i] = floor_div(src->voxel_offset[i], f[i]);
+        out->size[i] = cnx_ceildiv(src->size[i], f[i]);
+        out->voxel_offset[i] = cnx_floordiv(src->voxel_offset[i], f[i]);
         out->chunk[i] = src->chunk[i] / f[i] > 0 ? src->chunk[i] / f[i] : 1;
         out->cseg_block[i] = src->cseg_block[i];
     }
