@@ -31,9 +31,10 @@ mkdir -p "$WORK/trust"
 cp "$PUB" "$WORK/trust/workers.pem"
 echo "not a key" >"$WORK/trust/README.txt"
 
+MPORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 start_controller() {
   CNX_LOG=info "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/ledger.db" \
-    --trust "$WORK/trust" --progress 0.5 --price-per-core-hour 0.05 \
+    --trust "$WORK/trust" --progress 0.5 --price-per-core-hour 0.05 --metrics-port "$MPORT" \
     >>"$WORK/controller.log" 2>&1 &
   CPID=$!
   PIDS+=($CPID)
@@ -136,6 +137,18 @@ RPID=$!
 PIDS+=($RPID)
 some_done() { [ "$(sql "SELECT count(*) FROM tasks WHERE request = 'req-restart' AND state = 'done'" 2>/dev/null || echo 0)" -ge 6 ]; }
 wait_for 120 some_done || true
+"$PY" -c 'import sys, urllib.request
+sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
+  "http://127.0.0.1:$MPORT/metrics" >"$WORK/metrics.txt" || true
+check "metrics: per-request tasks by state, ETA, deadline and SLO" \
+  "$PY" -c 'import re, sys
+t = open(sys.argv[1]).read()
+for pat in (r"cnx_request_tasks\{request=\"req-restart\",stage=\"ds1\",state=\"done\"\} [1-9]",
+            r"cnx_request_eta_seconds\{request=\"req-restart\"\} ",
+            r"cnx_request_deadline_seconds\{request=\"req-restart\"\} [0-9]",
+            r"cnx_request_slo\{request=\"req-restart\",state=\"ok\"\} 1",
+            r"cnx_controller_messages_applied_total [1-9]"):
+    assert re.search(pat, t), (pat, t)' "$WORK/metrics.txt"
 kill -9 "$CPID"
 echo "controller killed with $(sql "SELECT count(*) FROM tasks WHERE request = 'req-restart' AND state = 'done'") task(s) done"
 sleep 1

@@ -312,7 +312,7 @@ static int plan_rows(ctl *c, const char *request)
             idx[n++] = sqlite3_column_int64(st, 0);
         }
         for (size_t i = 0; i < n && rc == 0; i++)
-            rc = ctl_refresh_task(c, request, idx[i]);
+            rc = ctl_touch_task(c, request, idx[i]);
         free(idx);
     }
     return rc;
@@ -450,27 +450,26 @@ static int apply_control(ctl *c, const json_t *m)
     ctl_bind_text(st, 8, jstr(m, "reason") ? jstr(m, "reason") : "");
     rc = ctl_done(c, st);
     if (rc == 0 && sqlite3_changes(c->db) == 1)
-        rc = ctl_refresh_task(c, req, idx);
+        rc = ctl_touch_task(c, req, idx);
     return rc;
 }
 
 /* ---- worker events --------------------------------------------------------- */
 
-/* The task of request whose key is key: its index, or -1. */
-static int64_t task_by_key(ctl *c, const char *request, const char *key,
-                           char *stage, size_t n)
+/* The task of request released under key: its index, or -1. Read from
+ * the releases (base rows), so it does not depend on when the task's
+ * derived columns were last recomputed. */
+static int64_t task_by_key(ctl *c, const char *request, const char *key)
 {
-    sqlite3_stmt *st = ctl_stmt(c, "SELECT idx, stage FROM tasks WHERE "
-                                   "task_key = ? AND request = ? ORDER BY idx "
-                                   "LIMIT 1");
+    sqlite3_stmt *st = ctl_stmt(c, "SELECT idx FROM releases INDEXED BY "
+                                   "releases_by_key WHERE task_key = ? AND "
+                                   "request = ? ORDER BY idx LIMIT 1");
     if (st == NULL)
         return -1;
     ctl_bind_text(st, 1, key);
     ctl_bind_text(st, 2, request);
     if (sqlite3_step(st) != SQLITE_ROW)
         return -1;
-    if (stage != NULL)
-        snprintf(stage, n, "%s", sqlite3_column_text(st, 1));
     return sqlite3_column_int64(st, 0);
 }
 
@@ -484,7 +483,6 @@ static int apply_event(ctl *c, const json_t *m)
     const json_t *viol = json_object_get(m, "violation");
     int64_t attempt = jint(m, "attempt", -1), idx;
     int rank;
-    char wstage[64] = "";
     sqlite3_stmt *st;
     int rc;
 
@@ -563,7 +561,7 @@ static int apply_event(ctl *c, const json_t *m)
     rc = ctl_done(c, st);
     if (rc != 0)
         return rc;
-    idx = task_by_key(c, req, key, wstage, sizeof(wstage));
+    idx = task_by_key(c, req, key);
     if (json_is_object(viol) && jstr(viol, "object") && jstr(viol, "stored") &&
         jstr(viol, "got")) {
         char evidence[160];
@@ -579,13 +577,13 @@ static int apply_event(ctl *c, const json_t *m)
         ctl_bind_text(st, 3, jstr(viol, "stored"));
         ctl_bind_text(st, 4, jstr(viol, "got"));
         ctl_bind_text(st, 5, req);
-        ctl_bind_text(st, 6, wstage[0] ? wstage : stage);
+        ctl_bind_text(st, 6, stage);
         ctl_bind_text(st, 7, evidence);
         rc = ctl_done(c, st);
         if (rc != 0)
             return rc;
     }
-    return idx >= 0 ? ctl_refresh_task(c, req, idx) : 0;
+    return idx >= 0 ? ctl_touch_task(c, req, idx) : 0;
 }
 
 /* ---- lineage ------------------------------------------------------------- */
@@ -595,12 +593,15 @@ static int apply_statement(ctl *c, const json_t *stmt, const char *manifest,
                            const char *key, const char *req)
 {
     const json_t *subjects = json_object_get(stmt, "subject");
-    char wstage[64] = "";
+    const char *stage = jstr(json_object_get(json_object_get(
+                                 json_object_get(stmt, "predicate"),
+                                 "buildDefinition"),
+                             "externalParameters"),
+                             "stage");
     size_t i;
     const json_t *s;
     int rc = 0;
 
-    task_by_key(c, req, key, wstage, sizeof(wstage));
     json_array_foreach(subjects, i, s) {
         const char *name = jstr(s, "name");
         const char *hex = jstr(json_object_get(s, "digest"), "sha256");
@@ -647,14 +648,7 @@ static int apply_statement(ctl *c, const json_t *stmt, const char *manifest,
             ctl_bind_text(st, 3, expected);
             ctl_bind_text(st, 4, digest);
             ctl_bind_text(st, 5, req ? req : "");
-            ctl_bind_text(st, 6, wstage[0] ? wstage
-                                           : jstr(json_object_get(
-                                                 json_object_get(
-                                                     json_object_get(
-                                                         stmt, "predicate"),
-                                                     "buildDefinition"),
-                                                 "externalParameters"),
-                                                  "stage"));
+            ctl_bind_text(st, 6, stage ? stage : "");
             ctl_bind_text(st, 7, manifest);
             rc = ctl_done(c, st);
             CNX_WARN("controller", "reproducibility violation: task %s "
@@ -666,59 +660,88 @@ static int apply_statement(ctl *c, const json_t *stmt, const char *manifest,
     return rc;
 }
 
-static int apply_lineage(ctl *c, const cnx_message *msg)
+void ctl_verdict_free(ctl_verdict *v)
 {
-    char manifest[CNX_DIGEST_LEN], prev[CNX_DIGEST_LEN + 8], row[CNX_DIGEST_LEN];
-    char chain[256], *envelope = NULL;
+    if (v == NULL)
+        return;
+    json_decref(v->stmt);
+    v->stmt = NULL;
+}
+
+void ctl_verify(const ctl *c, const cnx_message *msg, ctl_verdict *v)
+{
     uint8_t *payload = NULL;
     size_t plen = 0;
-    int signer = -1, verified, rc;
-    json_t *stmt = NULL;
-    const char *key = NULL, *req = NULL, *stage = NULL, *inv = NULL;
-    const json_t *ext = NULL, *meta = NULL;
-    char error[512] = "";
-    sqlite3_stmt *st;
+    char *envelope;
 
-    cnx_digest(msg->value, msg->len, manifest);
+    memset(v, 0, sizeof(*v));
+    v->signer = -1;
+    v->ready = 1;
+    cnx_digest(msg->value, msg->len, v->manifest);
     envelope = malloc(msg->len + 1);
-    if (envelope == NULL)
-        return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+    if (envelope == NULL) {
+        snprintf(v->error, sizeof(v->error), "out of memory");
+        return;
+    }
     memcpy(envelope, msg->value, msg->len);
     envelope[msg->len] = '\0';
     if (strlen(envelope) != msg->len) {
-        snprintf(error, sizeof(error), "envelope: holds a NUL byte");
-        verified = 0;
+        snprintf(v->error, sizeof(v->error), "envelope: holds a NUL byte");
+    } else if (cnx_dsse_verify(envelope, msg->len, c->trusted, c->ntrusted,
+                               &payload, &plen, &v->signer) != 0) {
+        snprintf(v->error, sizeof(v->error), "%s",
+                 cnx_error_last()->message);
+    } else if (cnx__json_parse(&v->stmt, (const char *)payload, plen,
+                               CNX_ESCHEMA, "statement") != 0) {
+        snprintf(v->error, sizeof(v->error), "%s",
+                 cnx_error_last()->message);
     } else {
-        verified = cnx_dsse_verify(envelope, msg->len, c->trusted,
-                                   c->ntrusted, &payload, &plen,
-                                   &signer) == 0;
-        if (!verified)
-            snprintf(error, sizeof(error), "%s", cnx_error_last()->message);
+        const json_t *pred = json_object_get(v->stmt, "predicate");
+        const json_t *ext = json_object_get(
+            json_object_get(pred, "buildDefinition"), "externalParameters");
+        const json_t *meta = json_object_get(
+            json_object_get(pred, "runDetails"), "metadata");
+        v->key = jstr(ext, "taskKey");
+        v->stage = jstr(ext, "stage");
+        v->request = jstr(json_object_get(ext, "task"), "request");
+        v->invocation = jstr(meta, "invocationId");
+        if (v->key == NULL || v->request == NULL)
+            snprintf(v->error, sizeof(v->error),
+                     "statement: no taskKey or task.request");
+        else
+            v->verified = 1;
     }
-    if (verified &&
-        cnx__json_parse(&stmt, (const char *)payload, plen, CNX_ESCHEMA,
-                        "statement") == 0) {
-        ext = json_object_get(json_object_get(json_object_get(stmt,
-                                                              "predicate"),
-                                              "buildDefinition"),
-                              "externalParameters");
-        meta = json_object_get(json_object_get(json_object_get(stmt,
-                                                               "predicate"),
-                                               "runDetails"),
-                               "metadata");
-        key = jstr(ext, "taskKey");
-        stage = jstr(ext, "stage");
-        req = jstr(json_object_get(ext, "task"), "request");
-        inv = jstr(meta, "invocationId");
-        if (key == NULL || req == NULL) {
-            verified = 0;
-            snprintf(error, sizeof(error), "statement: no taskKey or "
-                     "task.request");
-        }
-    } else if (verified) {
-        verified = 0;
-        snprintf(error, sizeof(error), "%s", cnx_error_last()->message);
+    free(payload);
+    free(envelope);
+}
+
+static int apply_lineage(ctl *c, const cnx_message *msg, ctl_verdict *given)
+{
+    char prev[CNX_DIGEST_LEN + 8], row[CNX_DIGEST_LEN], chain[256];
+    char *envelope = NULL;
+    ctl_verdict own;
+    ctl_verdict *v = given;
+    const char *manifest, *key, *req, *error;
+    int verified, signer, rc = 0;
+    sqlite3_stmt *st;
+
+    if (v == NULL || !v->ready) {
+        ctl_verify(c, msg, &own);
+        v = &own;
     }
+    manifest = v->manifest;
+    verified = v->verified;
+    signer = v->signer;
+    key = v->key;
+    req = v->request;
+    error = v->error;
+    envelope = malloc(msg->len + 1);
+    if (envelope == NULL) {
+        rc = cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+        goto done;
+    }
+    memcpy(envelope, msg->value, msg->len);
+    envelope[msg->len] = '\0';
     /* The chain: each row's digest covers the previous row's digest in
      * the same partition, its position, the envelope's digest and the
      * verdict. */
@@ -750,8 +773,8 @@ static int apply_lineage(ctl *c, const cnx_message *msg)
     ctl_bind_text(st, 3, manifest);
     ctl_bind_text(st, 4, key);
     ctl_bind_text(st, 5, req);
-    ctl_bind_text(st, 6, stage);
-    ctl_bind_text(st, 7, inv);
+    ctl_bind_text(st, 6, v->stage);
+    ctl_bind_text(st, 7, v->invocation);
     ctl_bind_text(st, 8, verified && signer >= 0 ? c->trusted_names[signer]
                                                  : NULL);
     sqlite3_bind_int(st, 9, verified);
@@ -768,15 +791,15 @@ static int apply_lineage(ctl *c, const cnx_message *msg)
                  error);
         goto done;
     }
-    rc = apply_statement(c, stmt, manifest, key, req);
+    rc = apply_statement(c, v->stmt, manifest, key, req);
     if (rc == 0) {
-        int64_t idx = task_by_key(c, req, key, NULL, 0);
+        int64_t idx = task_by_key(c, req, key);
         if (idx >= 0)
-            rc = ctl_refresh_task(c, req, idx);
+            rc = ctl_touch_task(c, req, idx);
     }
 done:
-    json_decref(stmt);
-    free(payload);
+    if (v == &own)
+        ctl_verdict_free(&own);
     free(envelope);
     return rc;
 }
@@ -803,6 +826,11 @@ static int reject(ctl *c, const cnx_message *msg, const char *why)
 
 int ctl_apply(ctl *c, const cnx_message *msg)
 {
+    return ctl_apply_verified(c, msg, NULL);
+}
+
+int ctl_apply_verified(ctl *c, const cnx_message *msg, ctl_verdict *verdict)
+{
     json_t *m = NULL;
     const char *schema;
     char *text = NULL;
@@ -811,7 +839,7 @@ int ctl_apply(ctl *c, const cnx_message *msg)
     if (msg->value == NULL)
         return reject(c, msg, "message over the size limit");
     if (strcmp(msg->topic, CNX_TOPIC_LINEAGE) == 0) {
-        rc = apply_lineage(c, msg);
+        rc = apply_lineage(c, msg, verdict);
         return rc == CNX_EIO || rc == CNX_ENOMEM
                    ? rc
                    : (rc != 0 ? reject(c, msg, cnx_error_last()->message) : 0);
@@ -880,6 +908,61 @@ static void col_text(sqlite3_stmt *st, int i, char *out, size_t n)
 {
     const unsigned char *t = sqlite3_column_text(st, i);
     snprintf(out, n, "%s", t ? (const char *)t : "");
+}
+
+int ctl_touch_task(ctl *c, const char *request, int64_t idx)
+{
+    if (c->ndirty == c->cap_dirty) {
+        size_t cap = c->cap_dirty ? 2 * c->cap_dirty : 256;
+        ctl_task_ref *g = realloc(c->dirty_tasks, cap * sizeof(*g));
+        if (g == NULL)
+            return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+        c->dirty_tasks = g;
+        c->cap_dirty = cap;
+    }
+    snprintf(c->dirty_tasks[c->ndirty].request,
+             sizeof(c->dirty_tasks[0].request), "%s", request);
+    c->dirty_tasks[c->ndirty].idx = idx;
+    c->ndirty++;
+    return 0;
+}
+
+static int cmp_task_ref(const void *a, const void *b)
+{
+    const ctl_task_ref *x = a, *y = b;
+    int k = strcmp(x->request, y->request);
+    return k != 0 ? k : (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+int ctl_flush_touched(ctl *c)
+{
+    int rc = 0;
+    if (c->ndirty > 1)
+        qsort(c->dirty_tasks, c->ndirty, sizeof(*c->dirty_tasks),
+              cmp_task_ref);
+    for (size_t i = 0; i < c->ndirty && rc == 0; i++)
+        if (i == 0 || cmp_task_ref(&c->dirty_tasks[i],
+                                   &c->dirty_tasks[i - 1]) != 0)
+            rc = ctl_refresh_task(c, c->dirty_tasks[i].request,
+                                  c->dirty_tasks[i].idx);
+    c->ndirty = 0;
+    return rc;
+}
+
+int ctl_commit(ctl *c)
+{
+    int rc = ctl_flush_touched(c);
+    if (rc == 0)
+        rc = ctl_exec(c, "COMMIT");
+    if (rc != 0)
+        ctl_rollback(c);
+    return rc;
+}
+
+void ctl_rollback(ctl *c)
+{
+    c->ndirty = 0;
+    ctl_exec(c, "ROLLBACK");
 }
 
 int ctl_refresh_task(ctl *c, const char *request, int64_t idx)

@@ -72,10 +72,10 @@ static int commit_pending(ctl *c)
         m.len = strlen(c->pending[i]);
         rc = ctl_apply(c, &m);
         if (rc != 0)
-            ctl_exec(c, "ROLLBACK");
+            ctl_rollback(c);
     }
-    if (rc == 0 && (rc = ctl_exec(c, "COMMIT")) != 0)
-        ctl_exec(c, "ROLLBACK");
+    if (rc == 0)
+        rc = ctl_commit(c);
     for (size_t i = 0; i < c->npending; i++)
         free(c->pending[i]);
     c->npending = 0;
@@ -106,9 +106,10 @@ static int decide(ctl *c, const char *topic, const char *key, json_t *doc)
         m.value = text;
         m.len = strlen(text);
         rc = ctl_apply(c, &m);
-        rc = rc == 0 ? ctl_exec(c, "COMMIT") : rc;
-        if (rc != 0)
-            ctl_exec(c, "ROLLBACK");
+        if (rc == 0)
+            rc = ctl_commit(c);
+        else
+            ctl_rollback(c);
     }
     free(text);
     return rc;
@@ -372,10 +373,14 @@ static int lookup(void *arg, const char *role, const char *layer,
             if (url == NULL)
                 return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
             snprintf(url, n, "%s/%s", layer, object);
-            st = ctl_stmt(lc->c, "SELECT o.digest FROM outputs o JOIN tasks "
-                                 "t ON t.task_key = o.task_key AND "
-                                 "t.request = ? AND t.state = 'done' WHERE "
-                                 "o.object = ? ORDER BY o.digest LIMIT 1");
+            /* outputs by object first (CROSS JOIN fixes the order), then
+             * the task of this request that wrote it. */
+            st = ctl_stmt(lc->c, "SELECT o.digest FROM outputs o INDEXED BY "
+                                 "outputs_by_object CROSS JOIN tasks t "
+                                 "INDEXED BY tasks_by_key ON t.task_key = "
+                                 "o.task_key AND t.request = ? AND t.state "
+                                 "= 'done' WHERE o.object = ? ORDER BY "
+                                 "o.digest LIMIT 1");
             if (st == NULL) {
                 free(url);
                 return CNX_EIO;
@@ -751,11 +756,11 @@ static int finish(ctl *c, const req_row *r, int64_t dead, int64_t never_run)
             identical = sqlite3_column_int64(st, 1);
         }
     }
-    st = ctl_stmt(c, "SELECT v.kind, v.task_key, v.stage, v.object, "
+    st = ctl_stmt(c, "SELECT v.kind, v.task_key, t.stage, v.object, "
                      "v.expected, v.got, t.x0, t.y0, t.z0, t.x1, t.y1, t.z1 "
                      "FROM violations v JOIN tasks t ON t.task_key = "
                      "v.task_key AND t.request = v.request WHERE v.request = "
-                     "? ORDER BY v.stage, v.object, v.kind");
+                     "? ORDER BY t.stage, v.object, v.kind");
     if (st != NULL) {
         ctl_bind_text(st, 1, r->id);
         while (sqlite3_step(st) == SQLITE_ROW)

@@ -9,6 +9,8 @@
 #include <sqlite3.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "cnx/controller.h"
 #include "cnx/digest.h"
 #include "cnx/kafka.h"
@@ -32,6 +34,18 @@ typedef struct ctl_digest {
     struct ctl_digest *next;
 } ctl_digest;
 
+/* Messages read and their signature checks, not yet applied. */
+typedef struct ctl_batch {
+    cnx_message **msgs;
+    struct ctl_verdict *verdicts;
+    size_t n;
+} ctl_batch;
+
+typedef struct ctl_task_ref {
+    char request[129];
+    int64_t idx;
+} ctl_task_ref;
+
 typedef struct ctl {
     const cnx_controller_opts *o;
     sqlite3 *db;
@@ -47,6 +61,9 @@ typedef struct ctl {
     ctl_plan *plans;
     size_t nplans;
     ctl_digest *digests[4096];
+    ctl_batch next;    /* read ahead, being checked */
+    ctl_task_ref *dirty_tasks; /* touched in this transaction */
+    size_t ndirty, cap_dirty;
     char **pending;    /* releases sent, to apply once acknowledged */
     size_t npending, cap_pending;
     int live;          /* caught up: decisions allowed */
@@ -70,12 +87,41 @@ void ctl_bind_text(sqlite3_stmt *st, int i, const char *text);
 /* The plan of an accepted request (cached), or NULL (error set). */
 ctl_plan *ctl_plan_get(ctl *c, const char *request);
 
-/* Apply one message from the log (inside the caller's transaction). */
+typedef struct ctl_verdict ctl_verdict;
+void cnx__ctl_batch_dispose(ctl_batch *b);
+
+/* What a lineage message says once checked: pure (no ledger), so a batch
+ * is checked on several threads before it is applied in order. */
+struct ctl_verdict {
+    int ready;                     /* filled in */
+    int verified;                  /* signed by a trusted key, parsed */
+    int signer;                    /* index in trusted, or -1 */
+    char manifest[CNX_DIGEST_LEN]; /* SHA-256 of the envelope's bytes */
+    char error[512];               /* why not verified */
+    json_t *stmt;                  /* the statement (verified only) */
+    const char *key, *request, *stage, *invocation; /* borrowed from stmt */
+};
+
+/* Check a cnx.lineage message against the trusted keys (thread-safe). */
+void ctl_verify(const ctl *c, const cnx_message *msg, ctl_verdict *v);
+void ctl_verdict_free(ctl_verdict *v);
+
+/* Apply one message from the log (inside the caller's transaction);
+ * verdict: NULL, or ctl_verify's for a lineage message. */
 int ctl_apply(ctl *c, const cnx_message *msg);
+int ctl_apply_verified(ctl *c, const cnx_message *msg, ctl_verdict *verdict);
 
 /* Recompute a task's derived columns; on its first transition to done,
  * count it off its dependents. */
 int ctl_refresh_task(ctl *c, const char *request, int64_t idx);
+/* Mark a task for ctl_refresh_task at the end of the transaction (each
+ * task once, however many of its messages the transaction applied). */
+int ctl_touch_task(ctl *c, const char *request, int64_t idx);
+int ctl_flush_touched(ctl *c);
+/* Refresh the touched tasks and COMMIT (ROLLBACK on failure); ROLLBACK
+ * and forget them. */
+int ctl_commit(ctl *c);
+void ctl_rollback(ctl *c);
 
 /* Publish a JSON document (canonical text) to topic, keyed by key. */
 int ctl_publish(ctl *c, const char *topic, const char *key, const char *json,

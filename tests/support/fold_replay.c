@@ -157,17 +157,17 @@ int main(int argc, char **argv)
         if (--txn_left == 0) {
             /* One transaction in four dies before its commit. */
             if (draw(4) == 0) {
-                ctl_exec(&c, "ROLLBACK");
+                ctl_rollback(&c);
                 rewind_parts(&c, parts, nparts);
                 rollbacks++;
             } else {
-                ctl_exec(&c, "COMMIT");
+                ctl_commit(&c);
             }
             in_txn = 0;
         }
     }
     if (in_txn)
-        ctl_exec(&c, "COMMIT");
+        ctl_commit(&c);
     cnx__ctl_close(&c);
     printf("fold_replay: %zu messages in %zu partitions, %zu applications, "
            "%zu rollbacks\n",
