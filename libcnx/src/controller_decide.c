@@ -871,7 +871,7 @@ static int follow(ctl *c, const req_row *r, int tick)
     }
     if (done_run > 0 && !isnan(first) && now > first) {
         double rate = (double)done_run / (now - first);
-        eta = now + (double)(remaining - never_run) / rate;
+        eta = now + (double)remaining / rate;
         cnx_rfc3339_format(eta, eta_text);
     }
     if (strcmp(slo, "ok") == 0 &&
