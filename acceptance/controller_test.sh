@@ -129,7 +129,7 @@ check "ledger: 32 immutability violations for req-faulty" \
   [ "$(sql "SELECT count(*) FROM violations WHERE request = 'req-faulty'")" = 32 ]
 
 # 4. The controller killed mid-request and restarted; then rebuilt.
-start_workers slow --slow-ms 150
+start_workers slow --slow-ms 300
 "$BIN/cnx-reprocess" --brokers "$BOOT" --workflow pyramid --workflows "$SRC/workflows" \
   --dataset "file://$DATA" --roi 0,0,0,512,512,256 --request req-restart \
   --wait --json --timeout 300 >"$WORK/req-restart.json" 2>"$WORK/req-restart.err" &
@@ -137,18 +137,18 @@ RPID=$!
 PIDS+=($RPID)
 some_done() { [ "$(sql "SELECT count(*) FROM tasks WHERE request = 'req-restart' AND state = 'done'" 2>/dev/null || echo 0)" -ge 6 ]; }
 wait_for 120 some_done || true
-"$PY" -c 'import sys, urllib.request
-sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
-  "http://127.0.0.1:$MPORT/metrics" >"$WORK/metrics.txt" || true
-check "metrics: per-request tasks by state, ETA, deadline and SLO" \
-  "$PY" -c 'import re, sys
-t = open(sys.argv[1]).read()
+metrics_ok() { # the exposition is refreshed every --progress period
+  "$PY" -c 'import re, sys, urllib.request
+t = urllib.request.urlopen(sys.argv[1], timeout=10).read().decode()
+open(sys.argv[2], "w").write(t)
 for pat in (r"cnx_request_tasks\{request=\"req-restart\",stage=\"ds1\",state=\"done\"\} [1-9]",
-            r"cnx_request_eta_seconds\{request=\"req-restart\"\} ",
+            r"cnx_request_eta_seconds\{request=\"req-restart\"\} [0-9]",
             r"cnx_request_deadline_seconds\{request=\"req-restart\"\} [0-9]",
             r"cnx_request_slo\{request=\"req-restart\",state=\"ok\"\} 1",
             r"cnx_controller_messages_applied_total [1-9]"):
-    assert re.search(pat, t), (pat, t)' "$WORK/metrics.txt"
+    assert re.search(pat, t), pat' "http://127.0.0.1:$MPORT/metrics" "$WORK/metrics.txt" 2>/dev/null
+}
+check "metrics: per-request tasks by state, ETA, deadline and SLO" wait_for 20 metrics_ok
 kill -9 "$CPID"
 echo "controller killed with $(sql "SELECT count(*) FROM tasks WHERE request = 'req-restart' AND state = 'done'") task(s) done"
 sleep 1
