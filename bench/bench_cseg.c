@@ -28,19 +28,6 @@
 #define TARGET_ENCODE 150.0
 #define TARGET_DECODE 300.0
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-
-static double unit(uint64_t *s)
-{
-    return (double)(splitmix(s) >> 11) / 9007199254740992.0;
-}
-
 /* A segment id as large as real ones: high word non-zero. */
 static uint64_t label_id(uint64_t *s)
 {

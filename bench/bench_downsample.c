@@ -29,19 +29,6 @@
 #define SZ 128
 #define CHUNK 128
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-
-static double unit(uint64_t *s)
-{
-    return (double)(splitmix(s) >> 11) / 9007199254740992.0;
-}
-
 #define CELL 24
 #define GX ((SX + CELL - 1) / CELL + 2)
 #define GY ((SY + CELL - 1) / CELL + 2)

@@ -35,19 +35,6 @@
 #define NCHECK 4
 #define FULL_BUDGET_S 60.0
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-
-static double unit(uint64_t *s)
-{
-    return (double)(splitmix(s) >> 11) / 9007199254740992.0;
-}
-
 #define CELL 24
 #define G ((EDGE + CELL - 1) / CELL + 2)
 

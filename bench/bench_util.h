@@ -1,10 +1,12 @@
 /*
  * bench_util.h - small helpers the benchmark programs share: medians of
- * repeated timings, and the openssl speed figure they compare SHA-256 with.
+ * repeated timings, a seeded generator for synthetic inputs, and the
+ * openssl speed figure they compare SHA-256 with.
  */
 #ifndef CNX_BENCH_UTIL_H
 #define CNX_BENCH_UTIL_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,21 @@ static inline int bench_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/** SplitMix64: the next value of the sequence seeded by *s. */
+static inline uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+/** A uniform double in [0, 1) from splitmix. */
+static inline double unit(uint64_t *s)
+{
+    return (double)(splitmix(s) >> 11) / 9007199254740992.0;
 }
 
 /** Median of n values (sorts v in place). */
