@@ -481,7 +481,7 @@ void cnx__ctl_close(ctl *c)
     }
     free(c->plans);
     for (size_t i = 0; i < c->npending; i++)
-        free(c->pending[i]);
+        free(c->pending[i].text);
     free(c->pending);
     free(c->dirty_tasks);
     cnx__ctl_batch_dispose(&c->next);

@@ -718,7 +718,6 @@ void ctl_verify(const ctl *c, const cnx_message *msg, ctl_verdict *v)
 static int apply_lineage(ctl *c, const cnx_message *msg, ctl_verdict *given)
 {
     char prev[CNX_DIGEST_LEN + 8], row[CNX_DIGEST_LEN], chain[256];
-    char *envelope = NULL;
     ctl_verdict own;
     ctl_verdict *v = given;
     const char *manifest, *key, *req, *error;
@@ -735,13 +734,6 @@ static int apply_lineage(ctl *c, const cnx_message *msg, ctl_verdict *given)
     key = v->key;
     req = v->request;
     error = v->error;
-    envelope = malloc(msg->len + 1);
-    if (envelope == NULL) {
-        rc = cnx_error_set(CNX_ENOMEM, 0, "out of memory");
-        goto done;
-    }
-    memcpy(envelope, msg->value, msg->len);
-    envelope[msg->len] = '\0';
     /* The chain: each row's digest covers the previous row's digest in
      * the same partition, its position, the envelope's digest and the
      * verdict. */
@@ -779,7 +771,10 @@ static int apply_lineage(ctl *c, const cnx_message *msg, ctl_verdict *given)
                                                  : NULL);
     sqlite3_bind_int(st, 9, verified);
     ctl_bind_text(st, 10, verified ? NULL : error);
-    ctl_bind_text(st, 11, envelope);
+    /* The bytes as they came (a NUL inside is refused by ctl_verify and
+     * stored up to it, as TEXT does). */
+    sqlite3_bind_text(st, 11, msg->value, (int)strnlen(msg->value, msg->len),
+                      SQLITE_TRANSIENT);
     ctl_bind_text(st, 12, prev);
     ctl_bind_text(st, 13, row);
     rc = ctl_done(c, st);
@@ -800,7 +795,6 @@ static int apply_lineage(ctl *c, const cnx_message *msg, ctl_verdict *given)
 done:
     if (v == &own)
         ctl_verdict_free(&own);
-    free(envelope);
     return rc;
 }
 

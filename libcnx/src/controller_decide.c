@@ -34,26 +34,28 @@ static double parse_time(const char *text)
     return text && cnx_rfc3339_parse(text, &t) == 0 ? (double)t : NAN;
 }
 
-/* Queue a release's control message for commit_pending. */
-static int queue_release(ctl *c, const char *text)
+/* Queue a published decision (topic, canonical text) for commit_pending. */
+static int queue_decision(ctl *c, const char *topic, const char *text)
 {
     if (c->npending == c->cap_pending) {
         size_t cap = c->cap_pending ? 2 * c->cap_pending : 64;
-        char **g = realloc(c->pending, cap * sizeof(*g));
+        ctl_pending *g = realloc(c->pending, cap * sizeof(*g));
         if (g == NULL)
             return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
         c->pending = g;
         c->cap_pending = cap;
     }
-    c->pending[c->npending] = strdup(text);
-    if (c->pending[c->npending] == NULL)
+    c->pending[c->npending].topic = topic;
+    c->pending[c->npending].text = strdup(text);
+    if (c->pending[c->npending].text == NULL)
         return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
     c->npending++;
     return 0;
 }
 
-/* Wait for the broker to acknowledge every queued release (control and
- * task messages), then apply their control messages in one transaction. */
+/* Wait for the broker to acknowledge every decision published so far,
+ * then apply the queued ones, in order, in one transaction, through the
+ * same code as consumed messages. */
 static int commit_pending(ctl *c)
 {
     int rc = 0;
@@ -65,11 +67,11 @@ static int commit_pending(ctl *c)
     for (size_t i = 0; rc == 0 && i < c->npending; i++) {
         cnx_message m;
         memset(&m, 0, sizeof(m));
-        m.topic = CNX_TOPIC_EVENTS;
+        m.topic = c->pending[i].topic;
         m.partition = -1;
         m.offset = -1;
-        m.value = c->pending[i];
-        m.len = strlen(c->pending[i]);
+        m.value = c->pending[i].text;
+        m.len = strlen(c->pending[i].text);
         rc = ctl_apply(c, &m);
         if (rc != 0)
             ctl_rollback(c);
@@ -77,42 +79,25 @@ static int commit_pending(ctl *c)
     if (rc == 0)
         rc = ctl_commit(c);
     for (size_t i = 0; i < c->npending; i++)
-        free(c->pending[i]);
+        free(c->pending[i].text);
     c->npending = 0;
     return rc;
 }
 
 /* Publish doc (consumed) to topic, wait for the acknowledgement, then
- * apply it to the ledger in a transaction of its own. */
+ * apply it (with any decision still queued before it). */
 static int decide(ctl *c, const char *topic, const char *key, json_t *doc)
 {
     char *text = cnx__json_canonical(doc);
-    cnx_message m;
-    int rc = commit_pending(c);
+    int rc;
     json_decref(doc);
     if (text == NULL)
         return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+    rc = ctl_publish(c, topic, key, text, NULL, 0);
     if (rc == 0)
-        rc = ctl_publish(c, topic, key, text, NULL, 0);
-    if (rc == 0)
-        rc = ctl_flush(c);
-    if (rc == 0)
-        rc = ctl_exec(c, "BEGIN IMMEDIATE");
-    if (rc == 0) {
-        memset(&m, 0, sizeof(m));
-        m.topic = topic;
-        m.partition = -1;
-        m.offset = -1;
-        m.value = text;
-        m.len = strlen(text);
-        rc = ctl_apply(c, &m);
-        if (rc == 0)
-            rc = ctl_commit(c);
-        else
-            ctl_rollback(c);
-    }
+        rc = queue_decision(c, topic, text);
     free(text);
-    return rc;
+    return rc == 0 ? commit_pending(c) : rc;
 }
 
 static json_t *state_doc(const char *request, const char *type)
@@ -496,7 +481,7 @@ static int release(ctl *c, const char *request, const char *deadline,
         if (rc == 0)
             rc = ctl_publish(c, topic, task->key, json, h, 2);
         if (rc == 0)
-            rc = queue_release(c, text);
+            rc = queue_decision(c, CNX_TOPIC_EVENTS, text);
         free(text);
     }
 done:

@@ -41,6 +41,12 @@ typedef struct ctl_batch {
     size_t n;
 } ctl_batch;
 
+/* A decision published and waiting for its acknowledgement. */
+typedef struct ctl_pending {
+    const char *topic; /* a CNX_TOPIC_* constant */
+    char *text;
+} ctl_pending;
+
 typedef struct ctl_task_ref {
     char request[129];
     int64_t idx;
@@ -64,7 +70,7 @@ typedef struct ctl {
     ctl_batch next;    /* read ahead, being checked */
     ctl_task_ref *dirty_tasks; /* touched in this transaction */
     size_t ndirty, cap_dirty;
-    char **pending;    /* releases sent, to apply once acknowledged */
+    ctl_pending *pending; /* decisions sent, to apply once acknowledged */
     size_t npending, cap_pending;
     int live;          /* caught up: decisions allowed */
     int dirty;         /* applied something since the last decision round */
