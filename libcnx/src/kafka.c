@@ -489,24 +489,27 @@ static void consumer_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         rd_kafka_assign(rk, NULL);
 }
 
-int cnx_consumer_new(cnx_consumer **out, const cnx_kafka_opts *opts,
-                     const char *group, const char *instance,
-                     const char *const *topics, size_t ntopics,
-                     int session_timeout_ms)
+/*
+ * The settings every consumer gets (group members and readers): bounded
+ * memory for what is read from the network (one fetch response, one
+ * decompressed batch -- librdkafka caps zstd output at
+ * receive.message.max.bytes -- and the prefetch queue) as defaults the
+ * config file may change, then manual offsets, which it may not.
+ */
+static int consumer_conf_new(rd_kafka_conf_t **conf, const cnx_kafka_opts *opts,
+                             const char *group, int group_member)
 {
-    /* Memory read from the network is bounded: one fetch response, one
-     * decompressed batch (librdkafka caps zstd output at
-     * receive.message.max.bytes) and the prefetch queue. */
     char fetch_bytes[24], receive_bytes[24], queued_kbytes[24];
     /* clang-format off */
-    const char *const defaults[] = {
-        "partition.assignment.strategy", "cooperative-sticky",
+    const char *const memory[] = {
         "enable.partition.eof", "false",
-        "session.timeout.ms", "45000",
         "fetch.max.bytes", fetch_bytes,
         "receive.message.max.bytes", receive_bytes,
         "queued.max.messages.kbytes", queued_kbytes,
-        NULL,
+    };
+    static const char *const membership[] = {
+        "partition.assignment.strategy", "cooperative-sticky",
+        "session.timeout.ms", "45000",
     };
     static const char *const forced[] = {
         "enable.auto.commit", "false",
@@ -515,6 +518,40 @@ int cnx_consumer_new(cnx_consumer **out, const cnx_kafka_opts *opts,
         NULL,
     };
     /* clang-format on */
+    const char *defs[sizeof(memory) / sizeof(memory[0]) +
+                     sizeof(membership) / sizeof(membership[0]) + 1];
+    size_t n = 0;
+    int rc;
+
+    snprintf(fetch_bytes, sizeof(fetch_bytes), "%u",
+             CNX_KAFKA_MAX_MESSAGE + KAFKA_FRAMING);
+    snprintf(receive_bytes, sizeof(receive_bytes), "%u",
+             2 * (CNX_KAFKA_MAX_MESSAGE + KAFKA_FRAMING));
+    snprintf(queued_kbytes, sizeof(queued_kbytes), "%u",
+             2 * (CNX_KAFKA_MAX_MESSAGE + KAFKA_FRAMING) / 1024);
+    for (size_t i = 0; i < sizeof(memory) / sizeof(memory[0]); i++)
+        defs[n++] = memory[i];
+    for (size_t i = 0; group_member &&
+                       i < sizeof(membership) / sizeof(membership[0]); i++)
+        defs[n++] = membership[i];
+    defs[n] = NULL;
+    rc = conf_new(conf, opts, defs);
+    for (size_t i = 0; rc == 0 && forced[i] != NULL; i += 2)
+        rc = conf_set(*conf, forced[i], forced[i + 1]);
+    if (rc == 0)
+        rc = conf_set(*conf, "group.id", group);
+    if (rc != 0 && *conf != NULL) {
+        rd_kafka_conf_destroy(*conf);
+        *conf = NULL;
+    }
+    return rc;
+}
+
+int cnx_consumer_new(cnx_consumer **out, const cnx_kafka_opts *opts,
+                     const char *group, const char *instance,
+                     const char *const *topics, size_t ntopics,
+                     int session_timeout_ms)
+{
     rd_kafka_topic_partition_list_t *subs = NULL;
     cnx_consumer *consumer = NULL;
     rd_kafka_conf_t *conf = NULL;
@@ -533,20 +570,10 @@ int cnx_consumer_new(cnx_consumer **out, const cnx_kafka_opts *opts,
                              "kafka consumer: session "
                              "timeout %d ms",
                              session_timeout_ms);
-    snprintf(fetch_bytes, sizeof(fetch_bytes), "%u",
-             CNX_KAFKA_MAX_MESSAGE + KAFKA_FRAMING);
-    snprintf(receive_bytes, sizeof(receive_bytes), "%u",
-             2 * (CNX_KAFKA_MAX_MESSAGE + KAFKA_FRAMING));
-    snprintf(queued_kbytes, sizeof(queued_kbytes), "%u",
-             2 * (CNX_KAFKA_MAX_MESSAGE + KAFKA_FRAMING) / 1024);
     consumer = calloc(1, sizeof(*consumer));
     if (consumer == NULL)
         return cnx_error_set(CNX_ENOMEM, 0, "kafka consumer: out of memory");
-    rc = conf_new(&conf, opts, defaults);
-    for (i = 0; rc == 0 && forced[i] != NULL; i += 2)
-        rc = conf_set(conf, forced[i], forced[i + 1]);
-    if (rc == 0)
-        rc = conf_set(conf, "group.id", group);
+    rc = consumer_conf_new(&conf, opts, group, 1);
     if (rc == 0 && instance != NULL)
         rc = conf_set(conf, "group.instance.id", instance);
     if (rc == 0 && session_timeout_ms > 0) {
@@ -957,13 +984,6 @@ int cnx_reader_new(cnx_consumer **out, const cnx_kafka_opts *opts,
                    const char *const *topics, size_t ntopics,
                    cnx_reader_start_fn start, void *ctx)
 {
-    static const char *const defaults[] = {
-        "enable.partition.eof", "false",
-        "enable.auto.commit", "false",
-        "enable.auto.offset.store", "false",
-        "auto.offset.reset", "earliest",
-        NULL,
-    };
     rd_kafka_topic_partition_list_t *parts = NULL;
     cnx_consumer *consumer = NULL;
     rd_kafka_conf_t *conf = NULL;
@@ -979,9 +999,7 @@ int cnx_reader_new(cnx_consumer **out, const cnx_kafka_opts *opts,
     /* librdkafka wants a group id for a consumer; a reader never joins or
      * commits to it. */
     snprintf(group, sizeof(group), "cnx.reader.%ld", (long)getpid());
-    rc = conf_new(&conf, opts, defaults);
-    if (rc == 0)
-        rc = conf_set(conf, "group.id", group);
+    rc = consumer_conf_new(&conf, opts, group, 0);
     if (rc != 0)
         goto done;
     rc = kafka_new(&consumer->rk, RD_KAFKA_CONSUMER, conf, "reader");
