@@ -22,8 +22,6 @@
 #include "controller_int.h"
 
 #include <dirent.h>
-#include <stdatomic.h>
-#include <unistd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,9 +31,6 @@
 #include "cnx/error.h"
 #include "cnx/log.h"
 #include "ledger_schema.sql.h"
-
-/* Threads that check a batch's signatures (at most). */
-#define VERIFY_THREADS_MAX 8
 
 static volatile sig_atomic_t stop_signal;
 
@@ -295,53 +290,6 @@ int cnx__ctl_apply_logged(ctl *c, const cnx_message *m)
     return apply_logged(c, m, NULL);
 }
 
-/* Signature checks of a batch's lineage messages, spread over threads:
- * they are pure, and most of a manifest's cost. */
-typedef struct verify_job {
-    const ctl *c;
-    cnx_message **msgs;
-    ctl_verdict *verdicts;
-    size_t n;
-    atomic_size_t next;
-} verify_job;
-
-static void *verify_worker(void *arg)
-{
-    verify_job *j = arg;
-    for (;;) {
-        size_t i = atomic_fetch_add(&j->next, 1);
-        if (i >= j->n)
-            break;
-        if (j->msgs[i]->value != NULL &&
-            strcmp(j->msgs[i]->topic, CNX_TOPIC_LINEAGE) == 0)
-            ctl_verify(j->c, j->msgs[i], &j->verdicts[i]);
-    }
-    return NULL;
-}
-
-static void verify_batch(ctl *c, cnx_message **msgs, ctl_verdict *verdicts,
-                         size_t n)
-{
-    verify_job j = {c, msgs, verdicts, n, 0};
-    pthread_t threads[VERIFY_THREADS_MAX];
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int nthreads = cpus < 1 ? 1 : cpus > VERIFY_THREADS_MAX
-                                      ? VERIFY_THREADS_MAX
-                                      : (int)cpus;
-    int started = 0;
-    size_t lineage = 0;
-    for (size_t i = 0; i < n; i++)
-        lineage += strcmp(msgs[i]->topic, CNX_TOPIC_LINEAGE) == 0;
-    if (lineage < 8)
-        nthreads = 1;
-    for (int t = 1; t < nthreads; t++)
-        if (pthread_create(&threads[started], NULL, verify_worker, &j) == 0)
-            started++;
-    verify_worker(&j);
-    for (int t = 0; t < started; t++)
-        pthread_join(threads[t], NULL);
-}
-
 /* Poll up to batch messages (waiting up to wait_ms for the first). */
 static int poll_batch(ctl *c, ctl_batch *b, int wait_ms)
 {
@@ -378,11 +326,15 @@ void cnx__ctl_batch_dispose(ctl_batch *b)
     memset(b, 0, sizeof(*b));
 }
 
+/* Check the signatures of the read-ahead batch (c->next): pure, and most
+ * of a manifest's cost, so they run ahead of the fold (apply_batch). */
 static void *verify_next(void *arg)
 {
     ctl *c = arg;
-    verify_job j = {c, c->next.msgs, c->next.verdicts, c->next.n, 0};
-    verify_worker(&j);
+    for (size_t i = 0; i < c->next.n; i++)
+        if (c->next.msgs[i]->value != NULL &&
+            strcmp(c->next.msgs[i]->topic, CNX_TOPIC_LINEAGE) == 0)
+            ctl_verify(c, c->next.msgs[i], &c->next.verdicts[i]);
     return NULL;
 }
 
@@ -404,7 +356,7 @@ static int apply_batch(ctl *c, int wait_ms, int *got)
         rc = poll_batch(c, &c->next, wait_ms);
         if (rc != 0 || c->next.n == 0)
             return rc;
-        verify_batch(c, c->next.msgs, c->next.verdicts, c->next.n);
+        verify_next(c); /* nothing to overlap with yet */
     }
     cur = c->next;
     memset(&c->next, 0, sizeof(c->next));
