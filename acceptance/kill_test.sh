@@ -22,24 +22,28 @@ scale=$(ls "$WORK/clean" | grep -v '^8_8_8$' | grep -v info)
 # The run under fire: 3 workers, each task slowed so the run lasts.
 "$BIN/cnx-submit" --brokers "$BOOT" --layer "file://$WORK/chaos" --request chaos --reverse >/dev/null
 declare -A WP
-for i in 1 2 3; do start_worker "chaos-$i" --slow-ms 1200; WP[$i]=$WPID; done
+for i in 1 2 3; do start_worker "chaos-$i" --slow-ms 3500; WP[$i]=$WPID; done
 done_chaos() {
   [ "$(topic_dump cnx.events | grep '"request":"chaos"' | grep '"type":"succeeded"' \
        | grep -o '"task_key":"[^"]*"' | sort -u | wc -l)" -ge "$ntasks" ]
 }
-# Six kills, 2.5-4 s apart (each costs the group a rebalance), then let
-# the run finish.
+# Six kills, 7-9 s apart, then let the run finish. Each kill costs the
+# group a rebalance once the dead member's session (6 s) times out; kills
+# closer together than that overlap rebalances, which librdkafka 2.0.2's
+# mock cluster (the test broker) does not always survive: its coordinator
+# was seen to wedge the group for minutes (docs/kafka.md). A real broker
+# is not the subject here; the worker's behaviour under kill -9 is.
 kills=0
 end=$((SECONDS + 300))
 while ! done_chaos && [ $SECONDS -lt $end ]; do
   if [ "$kills" -ge 6 ]; then sleep 1; continue; fi
-  sleep "$(awk -v r=$RANDOM 'BEGIN{printf "%.1f", 2.5 + (r % 16) / 10}')"
+  sleep "$(awk -v r=$RANDOM 'BEGIN{printf "%.1f", 7 + (r % 21) / 10}')"
   done_chaos && break
   i=$((RANDOM % 3 + 1))
   kill -9 "${WP[$i]}" 2>/dev/null || true
   wait "${WP[$i]}" 2>/dev/null || true
   kills=$((kills + 1))
-  start_worker "chaos-$i" --slow-ms 1200
+  start_worker "chaos-$i" --slow-ms 3500
   WP[$i]=$WPID
 done
 for i in 1 2 3; do kill -TERM "${WP[$i]}" 2>/dev/null || true; done
