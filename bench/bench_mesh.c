@@ -1,19 +1,25 @@
 /*
- * bench_mesh.c - the marching-cubes kernel beside scikit-image, one thread.
+ * bench_mesh.c - the meshing kernels beside scikit-image, one thread.
  *
- * Meshes every nonzero label of a 128^3 uint64 volume of warped Voronoi
- * cells (~24-voxel spacing, ~30 voxels across, 0 on 1-voxel membranes),
- * or of a box of argv[1] (a segmentation layer, e.g. DIR/gt of
- * cnx-synth; argv[2] = box edge, 128 by default). Two variants of ours:
- * "full", cnx_mesh_label once per label on the whole volume (the kernel
- * sweeps every voxel per call: no cropping), and "cropped", each label's
- * bounding box copied out and meshed (the kernel pads by one voxel of
- * outside itself). Figures: median of RUNS, MVx/s = volume voxels / time
- * for all labels (zmesh's figure; target >= 40) and bounding-box voxels /
- * time. The peer (bench/mesh_peer.py, skimage marching_cubes on each
- * label's padded mask cropped to its box plus one voxel) runs on the same
- * labels, written to a temporary .npy; triangle counts and enclosed
- * volumes of a few labels are compared. A failing peer is reported.
+ * Labels: warped Voronoi cells (~24-voxel spacing, 0 on 1-voxel membranes)
+ * or a box of argv[1] (a segmentation layer, e.g. DIR/gt of cnx-synth),
+ * EDGE + 1 voxels a side (argv[2] = EDGE, 128 by default). Figures, median
+ * of RUNS (after two untimed runs of the meshing), MVx/s = EDGE^3 chunk
+ * voxels / seconds for all labels:
+ *  - chunk: cnx_mesh_block_run on the EDGE^3 cells of a chunk with one
+ *    voxel of overlap on its high faces, as the mesh worker runs it, then
+ *    again followed by cnx_mesh_simplify of every fragment (chunk faces
+ *    fixed);
+ *  - closed: the EDGE^3 volume alone (cells -1..EDGE, outside 0), so every
+ *    label's mesh is closed: its enclosed volume against the label's voxel
+ *    count, before and after simplification;
+ *  - per label: cnx_mesh_label on each label's bounding box copied out,
+ *    the form the peer has;
+ *  - peer: bench/mesh_peer.py, skimage.measure.marching_cubes on each
+ *    label's padded mask cropped to its box plus one voxel, on the same
+ *    EDGE^3 labels (a temporary .npy): whole (all labels, MVx/s of volume)
+ *    and per label (MVx/s of bounding boxes); triangle counts and volumes
+ *    of four labels side by side. A failing peer is reported.
  * usage: bench_mesh [SEG_LAYER [EDGE]]; env CNX_SOURCE: repository root,
  * CNX_PYTHON: python (default /usr/bin/python3). Exit 0 unless we fail.
  */
@@ -33,17 +39,22 @@
 #define EDGE 128
 #define MAX_EDGE 512
 #define NCHECK 4
-#define FULL_BUDGET_S 60.0
+
+/* Simplification of the figures: a tenth of the triangles, no collapse
+ * costing over SIMP_ERROR_VOX2 squared voxels (of the finest axis). */
+#define SIMP_FRACTION 0.1
+#define SIMP_ERROR_VOX2 1.0
 
 #define CELL 24
-#define G ((EDGE + CELL - 1) / CELL + 2)
+#define G ((MAX_EDGE + CELL) / CELL + 2)
 
 /*
  * Jittered seeds on a CELL grid; a voxel takes the id of the nearest seed
  * in warped coordinates, or 0 within 0.5 of the boundary to the second
- * nearest (membranes), as the downsample bench's neurites.
+ * nearest (membranes), as the downsample bench's neurites. n voxels a side;
+ * a voxel's label does not depend on n.
  */
-static void make_labels(uint64_t *lab)
+static void make_labels(uint64_t *lab, int64_t n)
 {
     static double seeds[G][G][G][3];
     static uint64_t ids[G][G][G];
@@ -56,14 +67,14 @@ static void make_labels(uint64_t *lab)
                 seeds[k][j][i][2] = (k - 1 + unit(&s)) * CELL;
                 ids[k][j][i] = (splitmix(&s) >> 24) | UINT64_C(1) << 32;
             }
-    for (int z = 0; z < EDGE; z++)
-        for (int y = 0; y < EDGE; y++)
-            for (int x = 0; x < EDGE; x++) {
+    for (int64_t z = 0; z < n; z++)
+        for (int64_t y = 0; y < n; y++)
+            for (int64_t x = 0; x < n; x++) {
                 const double p[3] = {x + 3.0 * sin(y / 11.0 + z / 17.0),
                                      y + 3.0 * sin(z / 13.0 + x / 9.0),
                                      z + 3.0 * sin(x / 12.0 + y / 14.0)};
-                const int ci = x / CELL + 1, cj = y / CELL + 1,
-                          ck = z / CELL + 1;
+                const int ci = (int)(x / CELL) + 1, cj = (int)(y / CELL) + 1,
+                          ck = (int)(z / CELL) + 1;
                 double d1 = 1e30, d2 = 1e30;
                 uint64_t id = 0;
                 for (int k = ck - 1; k <= ck + 1; k++)
@@ -81,14 +92,14 @@ static void make_labels(uint64_t *lab)
                                 d2 = d;
                             }
                         }
-                lab[(size_t)x + EDGE * ((size_t)y + EDGE * (size_t)z)] =
+                lab[(size_t)(x + n * (y + n * z))] =
                     sqrt(d2) - sqrt(d1) < 1.0 ? 0 : id;
             }
 }
 
 /* A box of edge at most `edge` at the start of scale 0 of a uint64 layer. */
 static int read_layer(const char *url, int64_t edge, uint64_t **data,
-                      int64_t size[3])
+                      int64_t size[3], double res[3])
 {
     cnx_layer *layer = NULL;
     cnx_volume *vol = NULL;
@@ -105,9 +116,10 @@ static int read_layer(const char *url, int64_t edge, uint64_t **data,
     }
     for (int i = 0; i < 3; i++) {
         box.min[i] = info->scales[0].voxel_offset[i];
-        size[i] = info->scales[0].size[i] < edge ? info->scales[0].size[i]
-                                                 : edge;
+        size[i] =
+            info->scales[0].size[i] < edge ? info->scales[0].size[i] : edge;
         box.max[i] = box.min[i] + size[i];
+        res[i] = info->scales[0].resolution[i];
     }
     rc = cnx_layer_read(layer, 0, &box, 0, NULL, NULL, NULL, &vol);
     if (rc == 0) {
@@ -157,8 +169,7 @@ static int find_objects(objset *os, const uint64_t *lab, const int64_t s[3])
     for (int64_t z = 0; z < s[2]; z++)
         for (int64_t y = 0; y < s[1]; y++)
             for (int64_t x = 0; x < s[0]; x++) {
-                const uint64_t id =
-                    lab[(size_t)(x + s[0] * (y + s[1] * z))];
+                const uint64_t id = lab[(size_t)(x + s[0] * (y + s[1] * z))];
                 obj *o;
                 if (id == 0)
                     continue;
@@ -213,59 +224,6 @@ static double mesh_volume(const cnx_mesh *m)
              a[2] * ((double)b[0] * c[1] - (double)b[1] * c[0]);
     }
     return fabs(v / 6.0);
-}
-
-/*
- * Mesh every object: whole volume per label (crop == 0) or its bounding
- * box copied into buf. Adds triangles to *tris; keeps the meshes' figures
- * for the objects in check[] (tris_of, vol_of).
- * @return seconds, or -1 on a kernel failure.
- */
-static double mesh_all(const objset *os, const uint64_t *lab,
-                       const int64_t s[3], int crop, uint64_t *buf,
-                       size_t *tris, const size_t check[NCHECK],
-                       size_t tris_of[NCHECK], double vol_of[NCHECK])
-{
-    const double scale[3] = {1.0, 1.0, 1.0}, zero[3] = {0.0, 0.0, 0.0};
-    double t0 = cnx_now();
-    *tris = 0;
-    for (size_t i = 0; i < os->n; i++) {
-        const obj *o = &os->objs[i];
-        cnx_mesh m;
-        int rc;
-        if (crop) {
-            const int64_t c[3] = {o->hi[0] - o->lo[0] + 1,
-                                  o->hi[1] - o->lo[1] + 1,
-                                  o->hi[2] - o->lo[2] + 1};
-            const double off[3] = {(double)o->lo[0], (double)o->lo[1],
-                                   (double)o->lo[2]};
-            uint64_t *d = buf;
-            for (int64_t z = 0; z < c[2]; z++)
-                for (int64_t y = 0; y < c[1]; y++) {
-                    memcpy(d,
-                           lab + (size_t)(o->lo[0] +
-                                          s[0] * (o->lo[1] + y +
-                                                  s[1] * (o->lo[2] + z))),
-                           (size_t)c[0] * sizeof(*d));
-                    d += c[0];
-                }
-            rc = cnx_mesh_label(buf, c, o->id, scale, off, &m);
-        } else {
-            rc = cnx_mesh_label(lab, s, o->id, scale, zero, &m);
-        }
-        if (rc != 0) {
-            fprintf(stderr, "bench_mesh: %s\n", cnx_error_last()->message);
-            return -1.0;
-        }
-        *tris += m.ntris;
-        for (int k = 0; k < NCHECK; k++)
-            if (check[k] == i) {
-                tris_of[k] = m.ntris;
-                vol_of[k] = mesh_volume(&m);
-            }
-        cnx_mesh_free(&m);
-    }
-    return cnx_now() - t0;
 }
 
 /* A .npy (format 1.0) of the labels, shape (z, y, x), little-endian u8. */
@@ -350,8 +308,8 @@ static int run_peer(const uint64_t *lab, const int64_t s[3],
         snprintf(list + l, sizeof(list) - l, "%s%llu", k ? "," : "",
                  (unsigned long long)ids[k]);
     }
-    snprintf(cmd, sizeof(cmd), "'%s' '%s' '%s' --runs %d --check %s 2>&1",
-             py, peer, npy, RUNS, list);
+    snprintf(cmd, sizeof(cmd), "'%s' '%s' '%s' --runs %d --check %s 2>&1", py,
+             peer, npy, RUNS, list);
     p = popen(cmd, "r");
     if (p == NULL) {
         printf("peer   : FAILED (cannot start %s)\n", py);
@@ -399,17 +357,144 @@ static int cmp_voxels(const void *a, const void *b)
     return (x->voxels > y->voxels) - (x->voxels < y->voxels);
 }
 
+static const obj *find_obj(const objset *os, uint64_t id)
+{
+    size_t h = hash_id(id, os->cap);
+    while (os->slot[h] >= 0) {
+        if (os->objs[os->slot[h]].id == id)
+            return &os->objs[os->slot[h]];
+        h = (h + 1) & (os->cap - 1);
+    }
+    return NULL;
+}
+
+static void die_kernel(void)
+{
+    fprintf(stderr, "bench_mesh: %s\n", cnx_error_last()->message);
+    exit(1);
+}
+
+/* Mesh a block; simplify every mesh too when `simp` is set. Seconds. */
+static double run_block(const cnx_mesh_block *b,
+                        const cnx_mesh_simplify_opts *simp, cnx_mesh_set *set)
+{
+    double t0 = cnx_now();
+    if (cnx_mesh_block_run(b, set) != 0)
+        die_kernel();
+    for (size_t i = 0; simp != NULL && i < set->n; i++)
+        if (cnx_mesh_simplify(&set->meshes[i], simp) != 0)
+            die_kernel();
+    return cnx_now() - t0;
+}
+
+static size_t set_tris(const cnx_mesh_set *set)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < set->n; i++)
+        n += set->meshes[i].ntris;
+    return n;
+}
+
+/* Volume agreement of closed meshes with voxel counts: relative errors
+ * of labels of at least min_vox voxels (and their count), the largest. */
+typedef struct vol_stats {
+    size_t n, over5;
+    double median, p95, max, total; /* |relative error|; total: signed */
+} vol_stats;
+
+static void volume_stats(const cnx_mesh_set *set, const objset *os,
+                         const double res[3], int64_t min_vox, vol_stats *st)
+{
+    double *err = malloc((set->n + 1) * sizeof(*err));
+    double sv = 0, sm = 0;
+    memset(st, 0, sizeof(*st));
+    if (err == NULL)
+        return;
+    for (size_t i = 0; i < set->n; i++) {
+        const obj *o = find_obj(os, set->labels[i]);
+        double v;
+        if (o == NULL || o->voxels < min_vox)
+            continue;
+        v = mesh_volume(&set->meshes[i]) / (res[0] * res[1] * res[2]);
+        err[st->n] = fabs(v - (double)o->voxels) / (double)o->voxels;
+        st->over5 += err[st->n] > 0.05;
+        st->n++;
+        sv += (double)o->voxels;
+        sm += v;
+    }
+    if (st->n > 0) {
+        st->median = bench_median(err, (int)st->n);
+        st->p95 = err[(size_t)(0.95 * (double)(st->n - 1))];
+        st->max = err[st->n - 1];
+        st->total = (sm - sv) / sv;
+    }
+    free(err);
+}
+
+static void print_volume_stats(const char *what, const vol_stats *st)
+{
+    printf("volume : %-10s %zu labels >= 1000 voxels: |mesh - voxels| / "
+           "voxels median %.2f%%, p95 %.2f%%, max %.2f%% (%zu over 5%%); "
+           "sum %+.2f%%\n",
+           what, st->n, 100 * st->median, 100 * st->p95, 100 * st->max,
+           st->over5, 100 * st->total);
+}
+
+/* cnx_mesh_label on each object's bounding box copied into buf. Seconds. */
+static double mesh_cropped(const objset *os, const uint64_t *lab,
+                           const int64_t s[3], uint64_t *buf, size_t *tris)
+{
+    const double scale[3] = {1.0, 1.0, 1.0};
+    double t0 = cnx_now();
+    *tris = 0;
+    for (size_t i = 0; i < os->n; i++) {
+        const obj *o = &os->objs[i];
+        const int64_t c[3] = {o->hi[0] - o->lo[0] + 1, o->hi[1] - o->lo[1] + 1,
+                              o->hi[2] - o->lo[2] + 1};
+        const double off[3] = {(double)o->lo[0], (double)o->lo[1],
+                               (double)o->lo[2]};
+        uint64_t *d = buf;
+        cnx_mesh m;
+        for (int64_t z = 0; z < c[2]; z++)
+            for (int64_t y = 0; y < c[1]; y++) {
+                memcpy(d,
+                       lab +
+                           (size_t)(o->lo[0] + s[0] * (o->lo[1] + y +
+                                                       s[1] * (o->lo[2] + z))),
+                       (size_t)c[0] * sizeof(*d));
+                d += c[0];
+            }
+        if (cnx_mesh_label(buf, c, o->id, scale, off, &m) != 0)
+            die_kernel();
+        *tris += m.ntris;
+        cnx_mesh_free(&m);
+    }
+    return cnx_now() - t0;
+}
+
+static const cnx_mesh *set_find(const cnx_mesh_set *set, uint64_t id)
+{
+    for (size_t i = 0; i < set->n; i++)
+        if (set->labels[i] == id)
+            return &set->meshes[i];
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     const char *url = argc > 1 ? argv[1] : NULL;
-    int64_t edge = EDGE, s[3] = {EDGE, EDGE, EDGE}, bbox_vox = 0, maxbox = 0;
-    uint64_t *lab = NULL, *buf = NULL;
+    int64_t edge = EDGE, s[3], c[3], d[3], bbox_vox = 0;
+    double res[3] = {8, 8, 8}, t[RUNS], med[5], best[4], vox, rmin;
+    uint64_t *data = NULL, *lab = NULL, *buf = NULL;
     objset os = {0};
     const obj **order = NULL;
-    size_t check[NCHECK], ctris[2][NCHECK], tris[2] = {0, 0};
-    double cvol[2][NCHECK], t[2][RUNS], tb[RUNS], med[2], mb, vox;
+    cnx_mesh_block chunk, closed;
+    cnx_mesh_simplify_opts so;
+    cnx_mesh_set set = {0}, simp = {0}, cset = {0}, csimp = {0};
+    size_t tris_cropped = 0;
     uint64_t cid[NCHECK];
-    int full_runs = RUNS, status = 1;
+    vol_stats vs[2];
+    int status = 1;
     peer_result pr;
 
     if (argc > 3 || (url != NULL && url[0] == '-')) {
@@ -424,111 +509,163 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    /* data: (EDGE + 1)^3 or what the layer has; the chunk is [0, c). */
     if (url != NULL) {
-        if (read_layer(url, edge, &lab, s) != 0) {
+        if (read_layer(url, edge + 1, &data, d, res) != 0) {
             fprintf(stderr, "bench_mesh: %s\n", cnx_error_last()->message);
             goto done;
         }
     } else {
-        lab = malloc((size_t)EDGE * EDGE * EDGE * sizeof(*lab));
-        if (lab == NULL)
+        data = malloc((size_t)((edge + 1) * (edge + 1) * (edge + 1)) *
+                      sizeof(*data));
+        if (data == NULL)
             goto oom;
-        make_labels(lab);
+        make_labels(data, edge + 1);
+        d[0] = d[1] = d[2] = edge + 1;
     }
-    vox = (double)(s[0] * s[1] * s[2]);
+    for (int a = 0; a < 3; a++)
+        s[a] = c[a] = d[a] < edge ? d[a] : edge;
+    vox = (double)(c[0] * c[1] * c[2]);
+    rmin = fmin(res[0], fmin(res[1], res[2]));
+
+    /* The chunk as a worker has it: cells [0, c), data [0, d). */
+    memset(&chunk, 0, sizeof(chunk));
+    chunk.labels = data;
+    for (int a = 0; a < 3; a++) {
+        chunk.size[a] = d[a];
+        chunk.cells.max[a] = c[a];
+        chunk.resolution[a] = res[a];
+    }
+    memset(&so, 0, sizeof(so));
+    so.target_fraction = SIMP_FRACTION;
+    so.max_error = SIMP_ERROR_VOX2 * rmin * rmin;
+    cnx_mesh_block_planes(&chunk, &so);
+
+    /* The c^3 volume alone, closed. */
+    lab = malloc((size_t)vox * sizeof(*lab));
+    buf = malloc((size_t)vox * sizeof(*buf));
+    if (lab == NULL || buf == NULL)
+        goto oom;
+    for (int64_t z = 0; z < c[2]; z++)
+        for (int64_t y = 0; y < c[1]; y++)
+            memcpy(lab + (size_t)(c[0] * (y + c[1] * z)),
+                   data + (size_t)(d[0] * (y + d[1] * z)),
+                   (size_t)c[0] * sizeof(*lab));
+    closed = chunk;
+    closed.labels = lab;
+    for (int a = 0; a < 3; a++) {
+        closed.size[a] = c[a];
+        closed.cells.min[a] = -1;
+    }
+
     os.max = (size_t)vox < MAX_OBJS ? (size_t)vox : MAX_OBJS;
     for (os.cap = 1024; os.cap < 2 * os.max; os.cap *= 2)
         ;
     os.objs = malloc(os.max * sizeof(*os.objs));
     os.slot = malloc(os.cap * sizeof(*os.slot));
-    buf = malloc((size_t)vox * sizeof(*buf));
-    if (os.objs == NULL || os.slot == NULL || buf == NULL)
+    if (os.objs == NULL || os.slot == NULL)
         goto oom;
-
-    for (int r = 0; r < RUNS; r++) {
-        double t0 = cnx_now();
-        if (find_objects(&os, lab, s) != 0) {
-            fprintf(stderr, "bench_mesh: over %zu labels\n", os.max);
-            goto done;
-        }
-        tb[r] = cnx_now() - t0;
-    }
-    mb = bench_median(tb, RUNS);
-    if (os.n == 0) {
-        fprintf(stderr, "bench_mesh: no nonzero label in the volume\n");
+    if (find_objects(&os, lab, s) != 0 || os.n == 0) {
+        fprintf(stderr, "bench_mesh: no nonzero label, or over %zu\n", os.max);
         goto done;
     }
     order = malloc(os.n * sizeof(*order));
     if (order == NULL)
         goto oom;
     for (size_t i = 0; i < os.n; i++) {
-        const int64_t bv = box_voxels(&os.objs[i]);
         order[i] = &os.objs[i];
-        bbox_vox += bv;
-        maxbox = bv > maxbox ? bv : maxbox;
+        bbox_vox += box_voxels(&os.objs[i]);
     }
     /* Labels to compare: the largest, the median, the 10th percentile and
      * the smallest by voxel count. */
     qsort(order, os.n, sizeof(*order), cmp_voxels);
-    check[0] = (size_t)(order[os.n - 1] - os.objs);
-    check[1] = (size_t)(order[os.n / 2] - os.objs);
-    check[2] = (size_t)(order[os.n / 10] - os.objs);
-    check[3] = (size_t)(order[0] - os.objs);
-    for (int k = 0; k < NCHECK; k++)
-        cid[k] = os.objs[check[k]].id;
+    cid[0] = order[os.n - 1]->id;
+    cid[1] = order[os.n / 2]->id;
+    cid[2] = order[os.n / 10]->id;
+    cid[3] = order[0]->id;
 
-    printf("labels : %lldx%lldx%lld uint64 (%s), %zu nonzero labels "
-           "(label 0 not meshed), single thread, median of %d\n",
-           (long long)s[0], (long long)s[1], (long long)s[2],
+    printf("labels : %lldx%lldx%lld chunk of uint64 (%s) + 1 voxel of "
+           "overlap, %zu nonzero labels, resolution %g x %g x %g nm; one "
+           "thread, median of %d\n",
+           (long long)c[0], (long long)c[1], (long long)c[2],
            url != NULL ? url : "synthetic Voronoi cells, 0-membranes", os.n,
-           RUNS);
-    printf("labels : bounding boxes sum to %.2f MVx (%.2fx the volume), "
-           "largest %lld voxels\n",
-           bbox_vox / 1e6, bbox_vox / vox, (long long)maxbox);
+           res[0], res[1], res[2], RUNS);
+    printf("labels : bounding boxes sum to %.2f MVx (%.2fx the chunk)\n",
+           bbox_vox / 1e6, bbox_vox / vox);
     fflush(stdout);
 
-    /* Cropped, then full (which can take long on a big box). */
-    for (int v = 1; v >= 0; v--) {
-        for (int r = 0; r < (v ? RUNS : full_runs); r++) {
-            t[v][r] = mesh_all(&os, lab, s, v, buf, &tris[v], check,
-                               ctris[v], cvol[v]);
-            if (t[v][r] < 0.0)
-                goto done;
-            if (!v && r == 0 && t[v][r] * RUNS > FULL_BUDGET_S)
-                full_runs = 1;
+    for (int v = 0; v < 4; v++) {
+        cnx_mesh_set *out = v == 0   ? &set
+                            : v == 1 ? &simp
+                            : v == 2 ? &cset
+                                     : &csimp;
+        /* Two runs first, untimed, for the meshing alone: a worker meshes
+         * chunk after chunk, with its allocator warm (the first runs of a
+         * process pay for fresh pages and mmap/munmap of the big arrays
+         * until glibc's thresholds settle). */
+        for (int w = 0; w < 2 && !(v & 1); w++) {
+            cnx_mesh_set_free(out);
+            (void)run_block(v < 2 ? &chunk : &closed, NULL, out);
         }
-        med[v] = bench_median(t[v], v ? RUNS : full_runs);
+        for (int r = 0; r < RUNS; r++) {
+            cnx_mesh_set_free(out);
+            t[r] = run_block(v < 2 ? &chunk : &closed, v & 1 ? &so : NULL, out);
+        }
+        med[v] = bench_median(t, RUNS);
+        best[v] = t[0]; /* sorted by bench_median */
     }
-
-    printf("ours   : full    (cnx_mesh_label on the whole volume per label, "
-           "no cropping; %d run%s): %.3f s, %.2f MVx/s of volume, %.1f MVx/s "
-           "swept (volume x labels), %zu triangles\n",
-           full_runs, full_runs > 1 ? "s" : "", med[0], vox / med[0] / 1e6,
-           vox * (double)os.n / med[0] / 1e6, tris[0]);
-    printf("ours   : cropped (bbox copied out, then cnx_mesh_label): %.4f s, "
-           "%.1f MVx/s of volume, %.1f MVx/s of bboxes, %zu triangles\n",
-           med[1], vox / med[1] / 1e6, bbox_vox / med[1] / 1e6, tris[1]);
-    printf("ours   : cropped + bbox pass (%.4f s): %.1f MVx/s of volume "
-           "(target >= 40)\n",
-           mb, vox / (med[1] + mb) / 1e6);
+    printf("ours   : chunk, all labels in one pass (cnx_mesh_block_run): "
+           "%.4f s, %.1f MVx/s (target >= 40; best run %.1f), %zu labels, "
+           "%zu triangles\n",
+           med[0], vox / med[0] / 1e6, vox / best[0] / 1e6, set.n,
+           set_tris(&set));
+    printf("ours   : chunk + cnx_mesh_simplify of every fragment (fraction "
+           "%.2f, max error %.0f nm^2, chunk faces fixed): %.4f s, %.1f "
+           "MVx/s, %zu triangles (%.1f%% of the input)\n",
+           so.target_fraction, so.max_error, med[1], vox / med[1] / 1e6,
+           set_tris(&simp),
+           100.0 * (double)set_tris(&simp) / (double)set_tris(&set));
+    printf("ours   : closed volume (cells -1..%lld, outside 0): %.4f s, "
+           "%.1f MVx/s, %zu triangles; simplified: %.4f s, %zu triangles "
+           "(%.1f%%)\n",
+           (long long)c[0], med[2], vox / med[2] / 1e6, set_tris(&cset), med[3],
+           set_tris(&csimp),
+           100.0 * (double)set_tris(&csimp) / (double)set_tris(&cset));
+    volume_stats(&cset, &os, res, 1000, &vs[0]);
+    volume_stats(&csimp, &os, res, 1000, &vs[1]);
+    print_volume_stats("closed", &vs[0]);
+    print_volume_stats("simplified", &vs[1]);
+    for (int r = 0; r < RUNS; r++)
+        t[r] = mesh_cropped(&os, lab, s, buf, &tris_cropped);
+    med[4] = bench_median(t, RUNS);
+    printf("ours   : per label (bbox copied out, then cnx_mesh_label): "
+           "%.4f s, %.1f MVx/s of chunk, %.1f MVx/s of bboxes, %zu "
+           "triangles\n",
+           med[4], vox / med[4] / 1e6, bbox_vox / med[4] / 1e6, tris_cropped);
     fflush(stdout);
 
     if (run_peer(lab, s, cid, &pr) == 0) {
         printf("peer   : skimage marching_cubes per label (bbox + 1, padded "
-               "mask): %.0f labels, %.4f s, %.1f MVx/s of volume, %.1f MVx/s "
-               "of bboxes, %.0f triangles\n",
-               pr.labels, pr.mesh_s, vox / pr.mesh_s / 1e6,
-               bbox_vox / pr.mesh_s / 1e6, pr.tris);
-        printf("peer   : + bbox pass (np.unique + find_objects, %.4f s): "
-               "%.2f MVx/s of volume\n",
-               pr.bbox_s, vox / (pr.mesh_s + pr.bbox_s) / 1e6);
-        printf("ratio  : ours/peer (meshing only): cropped %.1fx, full "
-               "%.2fx; with bbox passes: cropped %.1fx\n",
-               pr.mesh_s / med[1], pr.mesh_s / med[0],
-               (pr.mesh_s + pr.bbox_s) / (med[1] + mb));
-        printf("check  : %-22s %8s %10s %10s %11s %11s\n", "label (voxels)",
-               "ours tri", "peer tri", "ours vol", "peer vol", "full=crop");
+               "mask): %.0f labels, %.0f triangles\n",
+               pr.labels, pr.tris);
+        printf("peer   : whole (all labels): %.4f s, %.1f MVx/s of chunk; "
+               "+ bbox pass (np.unique + find_objects, %.4f s): %.2f MVx/s\n",
+               pr.mesh_s, vox / pr.mesh_s / 1e6, pr.bbox_s,
+               vox / (pr.mesh_s + pr.bbox_s) / 1e6);
+        printf("peer   : per label: %.1f MVx/s of bboxes, %.2f ms per label\n",
+               bbox_vox / pr.mesh_s / 1e6, 1e3 * pr.mesh_s / pr.labels);
+        printf("ratio  : peer whole / ours: chunk pass %.1fx, chunk + "
+               "simplify %.1fx, closed pass %.1fx; per label %.1fx\n",
+               pr.mesh_s / med[0], pr.mesh_s / med[1], pr.mesh_s / med[2],
+               pr.mesh_s / med[4]);
+        printf("check  : %-22s %8s %8s %8s %10s %10s %10s\n", "label (voxels)",
+               "ours tri", "simp tri", "peer tri", "ours vol", "simp vol",
+               "peer vol");
         for (int k = 0; k < NCHECK; k++) {
+            const obj *o = find_obj(&os, cid[k]);
+            const cnx_mesh *m = set_find(&cset, cid[k]);
+            const cnx_mesh *ms = set_find(&csimp, cid[k]);
+            const double rp = res[0] * res[1] * res[2];
             char name[64];
             double ptri = -1.0, pvol = -1.0;
             for (int j = 0; j < pr.nchecks; j++)
@@ -538,13 +675,11 @@ int main(int argc, char **argv)
                 }
             snprintf(name, sizeof(name), "%llu (%lld)",
                      (unsigned long long)cid[k],
-                     (long long)os.objs[check[k]].voxels);
-            printf("check  : %-22s %8zu %10.0f %10.1f %11.1f %11s\n", name,
-                   ctris[1][k], ptri, cvol[1][k], pvol,
-                   ctris[0][k] == ctris[1][k] &&
-                           fabs(cvol[0][k] - cvol[1][k]) < 1e-6 * cvol[1][k]
-                       ? "same"
-                       : "DIFFER");
+                     (long long)(o != NULL ? o->voxels : -1));
+            printf("check  : %-22s %8zu %8zu %8.0f %10.1f %10.1f %10.1f\n",
+                   name, m != NULL ? m->ntris : 0, ms != NULL ? ms->ntris : 0,
+                   ptri, m != NULL ? mesh_volume(m) / rp : 0.0,
+                   ms != NULL ? mesh_volume(ms) / rp : 0.0, pvol);
         }
     }
     status = 0;
@@ -552,10 +687,15 @@ int main(int argc, char **argv)
 oom:
     fprintf(stderr, "bench_mesh: out of memory\n");
 done:
+    cnx_mesh_set_free(&set);
+    cnx_mesh_set_free(&simp);
+    cnx_mesh_set_free(&cset);
+    cnx_mesh_set_free(&csimp);
     free(order);
     free(os.objs);
     free(os.slot);
     free(buf);
     free(lab);
+    free(data);
     return status;
 }

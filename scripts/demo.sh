@@ -12,6 +12,11 @@
 #    the synthetic image into pyramid/v1) over the region, then over the
 #    same region again: the second run must report every repeated task
 #    bit-identical (exit 0);
+#  - `cnx-reprocess --workflow segmentation --wait`: neurons from the
+#    synthetic boundary map in 128^3 chunks (fragments, the join across
+#    chunk faces, relabelling; cnx-segment) and their meshes (cnx-mesh),
+#    scored against the ground truth with numpy and scikit-image
+#    (acceptance/seg_check.py: VI, the whole-volume run, closed meshes);
 #  - the ledger read with the sqlite3 shell (requests, the stage_costs
 #    view), checked independently (acceptance/ledger_check.py: Python's
 #    sqlite3 and hashlib), and every signed manifest stored in it
@@ -74,7 +79,7 @@ step() { # name, command...
 
 # ---- the Kafka stack, started first: the workers' consumer group settles
 # while the data is made.
-echo "== start cnx-broker, cnx-controller (ledger) and two cnx-downsample workers"
+echo "== start cnx-broker, cnx-controller (ledger), two cnx-downsample workers and the cnx-segment / cnx-mesh workers"
 s=$(date +%s.%N)
 ledger=$out/ledger.db
 "$bin/cnx-keygen" --out "$out/keys" >/dev/null
@@ -99,6 +104,13 @@ dirty=""
 for i in 1 2; do
   "$bin/cnx-downsample" --brokers "$boot" --key "$out/keys/cnx.key" --instance "demo-$i" \
     --metrics-port "${mports[$i]}" --session-timeout-ms 6000 $dirty --quiet \
+    2>>"$out/workers.log" &
+  pids+=($!)
+done
+for st in segment segment segment-join segment-relabel mesh mesh-manifest; do
+  case $st in mesh*) exe=cnx-mesh ;; *) exe=cnx-segment ;; esac
+  "$bin/$exe" --stage "$st" --brokers "$boot" --key "$out/keys/cnx.key" \
+    --instance "demo-$st-${#pids[@]}" --session-timeout-ms 6000 $dirty --quiet \
     2>>"$out/workers.log" &
   pids+=($!)
 done
@@ -139,6 +151,19 @@ rc1=$rc
 reprocess demo-run2
 rc2=$rc
 [ "$rc2" -eq 0 ] || problems+=("second cnx-reprocess exited $rc2 (0: every repeated task bit-identical)")
+
+# The segmentation workflow over the whole synthetic volume.
+s=$(date +%s.%N)
+echo
+echo "== cnx-reprocess --workflow segmentation --request demo-seg --wait"
+set +e
+"$bin/cnx-reprocess" --brokers "$boot" --workflow segmentation --workflows "$root/workflows" \
+  --dataset "file://$out/synth" --deadline 24h --request demo-seg --wait \
+  --timeout 900 2>&1 | tee "$out/demo-seg.txt"
+rc3=${PIPESTATUS[0]}
+set -e
+printf '%s\t%s\n' "reprocess demo-seg" "$(elapsed "$s")" >>"$out/times.tsv"
+[ "$rc3" -eq 0 ] || problems+=("segmentation cnx-reprocess exited $rc3")
 
 # Metrics while the processes still run, then stop them all.
 scrape() { # port, metric line pattern -> the sum of the matching samples
@@ -187,7 +212,7 @@ read -r repeated identical ntasks <<<"$(q -separator ' ' "SELECT
 echo
 echo "== the ledger checked independently (acceptance/ledger_check.py: Python sqlite3 + hashlib)"
 ledger_ok=0
-for r in demo-run1 demo-run2; do
+for r in demo-run1 demo-run2 demo-seg; do
   if python3 acceptance/ledger_check.py "$ledger" "$r"; then
     echo "$r: every task done once with a verified manifest; lineage hash chain intact; every output's bytes as recorded"
     ledger_ok=$((ledger_ok + 1))
@@ -209,6 +234,21 @@ if [ "$nenv" -gt 0 ]; then
 fi
 echo "$verified of $nenv envelopes verify (openssl pkeyutl -verify -rawin over the DSSE PAE); one: $(head -n1 "$out/verify_openssl.txt" 2>/dev/null)"
 [ "$nenv" -gt 0 ] && [ "$verified" -eq "$nenv" ] || problems+=("openssl verified $verified of $nenv envelopes")
+
+echo
+echo "== segmentation/v1 against the ground truth (acceptance/seg_check.py: numpy + scikit-image)"
+seg_line="(not scored)"
+if [ "$rc3" -eq 0 ]; then
+  sup=$root/build/tests/support
+  "$sup/segjoin_tool" --layer "file://$out/synth/boundary" --halo 8 --whole "$out/seg-whole.u32" >/dev/null 2>&1 &&
+  "$sup/segjoin_tool" --layer "file://$out/synth/boundary" --halo 8 --chunked "$out/seg-chunked.u64" >/dev/null 2>&1 &&
+  python3 acceptance/seg_check.py --data "$out/synth" --whole "$out/seg-whole.u32" \
+    --chunked "$out/seg-chunked.u64" --report "$out/seg-report.json" | tee "$out/seg-check.txt" ||
+    problems+=("seg_check.py: segmentation or meshes failed their checks")
+  rm -f "$out/seg-whole.u32" "$out/seg-chunked.u64"
+  seg_line=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
+print("VI split %.3f, merge %.3f, adapted Rand error %.3f against gt (whole-volume run: %.3f, %.3f); %d segments, %d meshes in %d fragments" % (d["vi_split"], d["vi_merge"], d["are"], d["whole_vi_split"], d["whole_vi_merge"], d["segments"], d["meshes"], d["fragments"]))' "$out/seg-report.json" 2>/dev/null || echo "(no report)")
+fi
 
 # ---- summary ------------------------------------------------------------------
 echo
@@ -237,7 +277,8 @@ python3 -c "import json,sys; t=json.load(open(sys.argv[1])); print('tile set: %d
 sed -n 's/^request \(demo-run[12]\): done in [^(]*(\([^)]*\)).*$/\1: done in \2/p' "$out"/demo-run*.txt | tr '\n' ';' |
   sed 's/;$/\n/; s/;/; /g' | sed 's/^/reprocess pyramid: /'
 echo "second run: $identical of $repeated repeated tasks bit-identical (cnx-reprocess exit $rc2)"
-echo "manifests: $verified of $nenv verified with the openssl CLI alone; ledger checked independently for $ledger_ok of 2 requests"
+echo "segmentation: $seg_line"
+echo "manifests: $verified of $nenv verified with the openssl CLI alone; ledger checked independently for $ledger_ok of 3 requests"
 echo "worker metrics: $w_metrics"
 echo "controller metrics: ${c_metrics:-(none)}"
 python3 - "$out/synth" <<'PY'
@@ -253,10 +294,11 @@ def digest(root, skip=()):
             n += 1
     return n, h.hexdigest()
 root = sys.argv[1]
-pyr = os.path.join(root, "pyramid")
-print("synthetic dataset digest (%d files): sha256:%s" % digest(root, {pyr}))
-if os.path.isdir(pyr):
-    print("pyramid/v1 digest (%d files): sha256:%s" % digest(pyr))
+made = [os.path.join(root, d) for d in ("pyramid", "fragments", "segmentation")]
+print("synthetic dataset digest (%d files): sha256:%s" % digest(root, set(made)))
+for d in made:
+    if os.path.isdir(d):
+        print("%s/v1 digest (%d files): sha256:%s" % ((os.path.basename(d),) + digest(d)))
 print("(same seed and build, same digests on every run)")
 PY
 awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "total %.1f s\n", b-a}'

@@ -217,7 +217,7 @@ static int plan_rows(ctl *c, const char *request)
     for (size_t s = 0; s < p->nstages && rc == 0; s++) {
         const cnx_plan_stage *ps = &p->stages[s];
         const cnx_wf_stage *ws = &cp->wf->stages[s];
-        char region[160];
+        char region[160], ns[CNX_SCALE_KEY_MAX + 40];
         snprintf(region, sizeof(region),
                  "{\"max\":[%lld,%lld,%lld],\"min\":[%lld,%lld,%lld]}",
                  (long long)ps->region.max[0], (long long)ps->region.max[1],
@@ -263,7 +263,8 @@ static int plan_rows(ctl *c, const char *request)
         if (st == NULL)
             return CNX_EIO;
         ctl_bind_text(st, 1, ps->out_layer);
-        ctl_bind_text(st, 2, ps->out_scale.key);
+        cnx_plan_namespace(p, s, ns, sizeof(ns));
+        ctl_bind_text(st, 2, ns);
         ctl_bind_text(st, 3, ws->worker);
         sqlite3_bind_int64(st, 4, ws->kernel_version);
         ctl_bind_text(st, 5, ws->parameters);

@@ -119,16 +119,20 @@ static json_t *box_json(const cnx_box *b)
 /* ---- accepting a request --------------------------------------------------- */
 
 /* Is (layer, scale) already bound to other work? Fills why. */
-static int namespace_conflict(ctl *c, const cnx_plan_stage *ps,
-                              const cnx_wf_stage *ws, char *why, size_t n)
+static int namespace_conflict(ctl *c, const cnx_plan *p, size_t s, char *why,
+                              size_t n)
 {
+    const cnx_plan_stage *ps = &p->stages[s];
+    const cnx_wf_stage *ws = &p->wf->stages[s];
+    char ns[CNX_SCALE_KEY_MAX + 40];
     sqlite3_stmt *st = ctl_stmt(c, "SELECT worker, kernel_version, "
                                    "parameters, first_request FROM "
                                    "namespaces WHERE layer = ? AND scale = ?");
     if (st == NULL)
         return -1;
+    cnx_plan_namespace(p, s, ns, sizeof(ns));
     ctl_bind_text(st, 1, ps->out_layer);
-    ctl_bind_text(st, 2, ps->out_scale.key);
+    ctl_bind_text(st, 2, ns);
     if (sqlite3_step(st) != SQLITE_ROW)
         return 0;
     if (strcmp(col(st, 0), ws->worker) == 0 &&
@@ -136,11 +140,11 @@ static int namespace_conflict(ctl *c, const cnx_plan_stage *ps,
         strcmp(col(st, 2), ws->parameters) == 0)
         return 0;
     snprintf(why, n,
-             "stage %s: %.512s scale %.64s holds the output of %s kernel v%lld "
+             "stage %s: %.512s namespace %.64s holds the output of %s kernel v%lld "
              "with parameters %.256s (request %s); this stage runs %s kernel "
              "v%lld with parameters %.256s, which gives new task keys and must "
              "write a new version of the namespace",
-             ws->name, ps->out_layer, ps->out_scale.key, col(st, 0),
+             ws->name, ps->out_layer, ns, col(st, 0),
              (long long)sqlite3_column_int64(st, 1), col(st, 2), col(st, 3),
              ws->worker, (long long)ws->kernel_version, ws->parameters);
     return 1;
@@ -196,8 +200,7 @@ static int accept_request(ctl *c, const char *request, const char *wjson,
         goto done;
     }
     for (size_t s = 0; s < plan->nstages; s++) {
-        int k = namespace_conflict(c, &plan->stages[s], &wf->stages[s], why,
-                                   sizeof(why));
+        int k = namespace_conflict(c, plan, s, why, sizeof(why));
         if (k < 0) {
             rc = CNX_EIO;
             goto done;
@@ -347,10 +350,10 @@ static int lookup(void *arg, const char *role, const char *layer,
     lookup_ctx *lc = arg;
     (void)role;
     for (size_t s = 0; s < lc->plan->nstages; s++) {
-        const cnx_plan_stage *ps = &lc->plan->stages[s];
-        size_t k = strlen(ps->out_scale.key);
-        if (strcmp(layer, ps->out_layer) == 0 &&
-            strncmp(object, ps->out_scale.key, k) == 0 && object[k] == '/') {
+        /* Any object of a layer a stage writes (chunks or side objects)
+         * is this request's output: workflows never read a layer they
+         * write as an external input. */
+        if (strcmp(layer, lc->plan->stages[s].out_layer) == 0) {
             size_t n = strlen(layer) + strlen(object) + 2;
             char *url = malloc(n);
             sqlite3_stmt *st;

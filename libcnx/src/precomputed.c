@@ -539,6 +539,18 @@ int cnx_layer_chunk_name(const cnx_layer_info *info, int s, const cnx_box *box,
     return 0;
 }
 
+int cnx_side_object_name(const char *dir, const char *key, const cnx_box *box,
+                         char *buf, size_t n)
+{
+    char name[128];
+    int rc = cnx_box_format(box, name, sizeof(name));
+    if (rc != 0)
+        return rc;
+    if (snprintf(buf, n, "%s/%s/%s", dir, key, name) >= (int)n)
+        return cnx_error_set(CNX_ERANGE, 0, "side object name too long");
+    return 0;
+}
+
 void cnx_object_list_init(cnx_object_list *list)
 {
     memset(list, 0, sizeof(*list));

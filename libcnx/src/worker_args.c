@@ -181,3 +181,68 @@ int cnx_worker_main(const cnx_stage *stage, int argc, char **argv)
         return rc;
     return cnx_worker_run(stage, &opts);
 }
+
+/* The value of --stage NAME / --stage=NAME, removed from argv; NULL if
+ * absent. *bad is set when --stage has no value. */
+static const char *take_stage(int *argc, char **argv, int *bad)
+{
+    const char *name = NULL;
+    int out = 1;
+    *bad = 0;
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--stage") == 0) {
+            if (i + 1 >= *argc) {
+                *bad = 1;
+                break;
+            }
+            name = argv[++i];
+        } else if (strncmp(argv[i], "--stage=", 8) == 0) {
+            name = argv[i] + 8;
+        } else {
+            argv[out++] = argv[i];
+        }
+    }
+    if (!*bad) {
+        *argc = out;
+        argv[out] = NULL;
+    }
+    return name;
+}
+
+static void help_multi(const char *prog, const cnx_stage *const *stages,
+                       size_t n)
+{
+    printf("usage: %s --stage NAME --brokers LIST --key FILE [options]\n\n"
+           "One executable for the stages below; each process runs one of\n"
+           "them (default %s). '%s --stage NAME --help' describes a stage\n"
+           "and the options every worker takes.\n\nstages:\n",
+           prog, stages[0]->name, prog);
+    for (size_t i = 0; i < n; i++)
+        printf("  %s\n", stages[i]->name);
+}
+
+int cnx_worker_main_multi(const char *prog, const cnx_stage *const *stages,
+                          size_t n, int argc, char **argv)
+{
+    int bad = 0;
+    const char *name = take_stage(&argc, argv, &bad);
+    if (bad) {
+        fprintf(stderr, "%s: --stage needs a stage name (see --help)\n",
+                prog);
+        return 2;
+    }
+    if (name == NULL) {
+        for (int i = 1; i < argc; i++)
+            if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+                help_multi(prog, stages, n);
+                return 0;
+            }
+        return cnx_worker_main(stages[0], argc, argv);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(stages[i]->name, name) == 0)
+            return cnx_worker_main(stages[i], argc, argv);
+    fprintf(stderr, "%s: --stage: no stage '%.64s' (see --help)\n", prog,
+            name);
+    return 2;
+}

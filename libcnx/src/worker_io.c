@@ -152,6 +152,43 @@ int cnx_stage_read(cnx_stage_io *io, const char *role, const cnx_box *box,
     return rc;
 }
 
+int cnx_stage_get(cnx_stage_io *io, const char *role, const char *name,
+                  size_t max_len, uint8_t **data, size_t *len)
+{
+    const cnx_task_input *in = cnx_task_input_get(io->task, role);
+    const char *want = cnx_task_expected(io->task, role, name);
+    int i = input_index(io, role);
+    char full[sizeof(io->read.items[0].name)];
+    double t0 = cnx_now();
+    int rc, n;
+
+    *data = NULL;
+    *len = 0;
+    if (in == NULL || i < 0)
+        return cnx_error_set(CNX_ESCHEMA, 0, "task has no input '%s'", role);
+    if (want == NULL)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "input %s: object %s is read but not listed in "
+                             "the task",
+                             role, name);
+    n = snprintf(full, sizeof(full), "%s/%s", in->layer, name);
+    if (n < 0 || (size_t)n >= sizeof(full))
+        return cnx_error_set(CNX_ERANGE, 0, "input name too long: %s", name);
+    rc = cnx_store_get_verified(cnx_layer_store(io->inputs[i]), name, want,
+                                max_len, data, len);
+    if (rc == 0)
+        rc = cnx_object_list_add(&io->read, full, want);
+    if (rc == 0)
+        io->bytes_read += *len;
+    io->read_s += cnx_now() - t0;
+    if (rc != 0) {
+        free(*data);
+        *data = NULL;
+        *len = 0;
+    }
+    return rc;
+}
+
 int cnx_stage_write(cnx_stage_io *io, const cnx_volume *vol)
 {
     size_t before = io->written.count;

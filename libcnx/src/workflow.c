@@ -157,7 +157,8 @@ static int dup_into(char **dst, const char *s)
 static int parse_input(raw_stage *rs, size_t k, const char *role,
                        const json_t *v, const char *spath)
 {
-    static const char *const keys[] = {"layer", "scale", "stage", NULL};
+    static const char *const keys[] = {"layer", "scale", "stage", "objects",
+                                       NULL};
     cnx_wf_input *in = &rs->st.inputs[k];
     char path[160], sub[192];
     const char *s;
@@ -178,7 +179,8 @@ static int parse_input(raw_stage *rs, size_t k, const char *role,
         if (json_object_get(v, "layer") != NULL ||
             json_object_get(v, "scale") != NULL)
             return bad(path, "an input from a stage takes only \"stage\" "
-                             "(not \"layer\" or \"scale\")");
+                             "and \"objects\" (not \"layer\" or "
+                             "\"scale\")");
         snprintf(sub, sizeof(sub), "%s.stage", path);
         s = get_string(v, "stage", sub, 1, &rc);
         if (rc != 0)
@@ -186,8 +188,19 @@ static int parse_input(raw_stage *rs, size_t k, const char *role,
         if (!ident_ok(s, 32, 1, "_-"))
             return bad(sub, "'%.64s' is not a stage name", s);
         snprintf(rs->src[k], sizeof(rs->src[k]), "%s", s);
+        snprintf(sub, sizeof(sub), "%s.objects", path);
+        s = get_string(v, "objects", sub, 0, &rc);
+        if (rc != 0)
+            return rc;
+        if (s != NULL && !ident_ok(s, 32, 1, "_-"))
+            return bad(sub, "'%.64s' is not a directory name (a-z first, "
+                            "then a-z 0-9 _ -, at most 32)", s);
+        snprintf(in->objects, sizeof(in->objects), "%s", s ? s : "");
         return 0;
     }
+    if (json_object_get(v, "objects") != NULL)
+        return bad(path, "\"objects\" names a side output of a stage: it "
+                         "needs \"stage\", not \"layer\"");
     snprintf(sub, sizeof(sub), "%s.layer", path);
     s = get_string(v, "layer", sub, 1, &rc);
     if (rc != 0) {
@@ -244,7 +257,7 @@ static void sort_inputs(raw_stage *rs)
 static int parse_output(cnx_wf_stage *st, const json_t *v, const char *spath)
 {
     static const char *const keys[] = {"layer", "type", "data_type", "encoding",
-                                       NULL};
+                                       "part",  NULL};
     char path[96], sub[128];
     const char *s;
     int rc;
@@ -266,6 +279,14 @@ static int parse_output(cnx_wf_stage *st, const json_t *v, const char *spath)
         rc = dup_into(&st->output_layer, s);
     if (rc != 0)
         return rc;
+    snprintf(sub, sizeof(sub), "%s.part", path);
+    s = get_string(v, "part", sub, 0, &rc);
+    if (rc != 0)
+        return rc;
+    if (s != NULL && !ident_ok(s, 32, 1, "_-"))
+        return bad(sub, "'%.64s' is not a part name (a-z first, then a-z "
+                        "0-9 _ -, at most 32)", s);
+    snprintf(st->output_part, sizeof(st->output_part), "%s", s ? s : "");
     snprintf(sub, sizeof(sub), "%s.type", path);
     s = get_string(v, "type", sub, 0, &rc);
     if (rc != 0)

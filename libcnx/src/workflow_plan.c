@@ -458,6 +458,7 @@ static int derive_geometry(cnx_plan *p, const cnx_plan_external *ext)
             cnx_dtype dtype;
             int64_t channels;
             snprintf(pi->role, sizeof(pi->role), "%s", wi->role);
+            snprintf(pi->objects, sizeof(pi->objects), "%s", wi->objects);
             if (wi->stage < 0) {
                 const cnx_plan_external *x = &ext[e++];
                 rc = layer_url(pi->layer, p->dataset, wi->layer);
@@ -556,13 +557,17 @@ static int derive_geometry(cnx_plan *p, const cnx_plan_external *ext)
             if (strcmp(wf->stages[a].output_layer,
                        wf->stages[b].output_layer) != 0)
                 continue;
-            if (strcmp(pa->out_scale.key, pb->out_scale.key) == 0)
+            if (strcmp(pa->out_scale.key, pb->out_scale.key) == 0 &&
+                strcmp(wf->stages[a].output_part,
+                       wf->stages[b].output_part) == 0)
                 return cnx_error_set(
                     CNX_ESCHEMA, 0,
                     "workflow %s: stages %s and %s both write layer '%.128s' "
-                    "at scale '%s'",
+                    "at scale '%s'%s%s",
                     wf->name, wf->stages[a].name, wf->stages[b].name,
-                    wf->stages[a].output_layer, pa->out_scale.key);
+                    wf->stages[a].output_layer, pa->out_scale.key,
+                    wf->stages[a].output_part[0] ? " part " : "",
+                    wf->stages[a].output_part);
             if (pa->out_type != pb->out_type ||
                 pa->out_dtype != pb->out_dtype ||
                 pa->out_channels != pb->out_channels)
@@ -1202,6 +1207,9 @@ static int task_inputs(const cnx_plan *p, size_t t, cnx_plan_lookup_fn lookup,
                     char name[512], digest[CNX_DIGEST_LEN];
                     int rc =
                         cnx_layer_chunk_name(&info, 0, &cb, name, sizeof(name));
+                    if (rc == 0 && in->objects[0] != '\0')
+                        rc = cnx_side_object_name(in->objects, in->scale.key,
+                                                  &cb, name, sizeof(name));
                     if (rc == 0)
                         rc = lookup(ctx, in->role, in->layer, name, digest);
                     if (rc != 0)
@@ -1283,6 +1291,13 @@ done:
 
 /* ---- output layers ------------------------------------------------------- */
 
+void cnx_plan_namespace(const cnx_plan *p, size_t s, char *buf, size_t n)
+{
+    const char *part = p->wf->stages[s].output_part;
+    snprintf(buf, n, "%s%s%s", p->stages[s].out_scale.key, part[0] ? ":" : "",
+             part);
+}
+
 static int same_scale(const cnx_scale *a, const cnx_scale *b)
 {
     if (strcmp(a->key, b->key) != 0 || a->encoding != b->encoding)
@@ -1295,6 +1310,27 @@ static int same_scale(const cnx_scale *a, const cnx_scale *b)
              a->cseg_block[i] != b->cseg_block[i]))
             return 0;
     return 1;
+}
+
+/*
+ * The directories a layer's info points at, from the parts its writers
+ * declare: part "mesh" writes the legacy mesh manifests (info "mesh"),
+ * part "segment_properties" the segment properties.
+ */
+static void layer_parts(const cnx_plan *p, const char *url,
+                        cnx_layer_info *info)
+{
+    static const char *const known[] = {"mesh", "segment_properties"};
+    for (size_t s = 0; s < p->nstages; s++) {
+        const char *part = p->wf->stages[s].output_part;
+        if (strcmp(p->stages[s].out_layer, url) != 0)
+            continue;
+        if (strcmp(part, known[0]) == 0)
+            snprintf(info->mesh, sizeof(info->mesh), "%s", part);
+        else if (strcmp(part, known[1]) == 0)
+            snprintf(info->segment_properties,
+                     sizeof(info->segment_properties), "%s", part);
+    }
 }
 
 /* Check (and complete) an existing output layer for stage s. */
@@ -1316,6 +1352,20 @@ static int check_output(const cnx_plan *p, size_t s, cnx_layer *layer)
             cnx_dtype_name(info->dtype), info->channels,
             ps->out_type == CNX_LAYER_SEGMENTATION ? "segmentation" : "image",
             cnx_dtype_name(ps->out_dtype), ps->out_channels);
+    {
+        cnx_layer_info want;
+        memset(&want, 0, sizeof(want));
+        layer_parts(p, ps->out_layer, &want);
+        if (strcmp(want.mesh, info->mesh) != 0 ||
+            strcmp(want.segment_properties, info->segment_properties) != 0)
+            return cnx_error_set(CNX_EIMMUTABLE, 0,
+                                 "workflow %s: stage %s: output layer %s "
+                                 "exists with mesh '%s' and "
+                                 "segment_properties '%s', not '%s' and '%s'",
+                                 p->wf->name, name, ps->out_layer, info->mesh,
+                                 info->segment_properties, want.mesh,
+                                 want.segment_properties);
+    }
     at = cnx_info_find_scale(info, ps->out_scale.key);
     if (at >= 0 && !same_scale(&info->scales[at], &ps->out_scale))
         return cnx_error_set(CNX_EIMMUTABLE, 0,
@@ -1345,6 +1395,7 @@ int cnx_plan_prepare_outputs(const cnx_plan *p)
             info.channels = ps->out_channels;
             info.nscales = 1;
             info.scales[0] = ps->out_scale;
+            layer_parts(p, ps->out_layer, &info);
             rc = cnx_layer_create(&layer, ps->out_layer, &info);
             if (rc == CNX_EIMMUTABLE) /* someone else created it: check */
                 rc = cnx_layer_open(&layer, ps->out_layer);

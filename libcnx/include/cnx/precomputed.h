@@ -132,6 +132,15 @@ int cnx_info_find_scale(const cnx_layer_info *info, const char *key);
 int cnx_layer_chunk_name(const cnx_layer_info *info, int s, const cnx_box *box,
                          char *buf, size_t n);
 
+/**
+ * Name of a side object of a chunk of scale key: "<dir>/<key>/<x0-x1_y0-
+ * y1_z0-z1>", what a stage writes beside (or instead of) the chunk box's
+ * voxels, e.g. the face record "faces/8_8_8/0-128_0-128_0-128"
+ * (docs/formats.md).
+ */
+int cnx_side_object_name(const char *dir, const char *key, const cnx_box *box,
+                         char *buf, size_t n);
+
 /** An object written or read, with its digest. */
 typedef struct cnx_object {
     char name[1536]; /* object name, or "<layer url>/<object name>" */

@@ -23,6 +23,29 @@ extern "C" {
  */
 extern const cnx_stage cnx_stage_downsample;
 
+/**
+ * segment, segment-join, segment-relabel: segmentation across chunk seams
+ * (cnx/segjoin.h, docs/segment.md). segment: input role "boundary", one
+ * chunk per task, writes uint64 fragments and faces/<scale>/<chunk>.
+ * segment-join: role "faces" (all face records), writes
+ * agglomeration/<scale>/<chunk> and segment_properties/info. segment-
+ * relabel: roles "fragments" and "mapping", one chunk per task, writes the
+ * final chunk.
+ */
+extern const cnx_stage cnx_stage_segment;
+extern const cnx_stage cnx_stage_segment_join;
+extern const cnx_stage cnx_stage_segment_relabel;
+
+/**
+ * mesh, mesh-manifest: Neuroglancer legacy meshes (cnx/mesh.h,
+ * docs/mesh.md). mesh: input role "segmentation" (uint64), one chunk per
+ * task, halo >= 1; writes mesh/<id>:0:<chunk> and
+ * mesh_index/<scale>/<chunk>. mesh-manifest: role "index" (every chunk's
+ * index); writes mesh/<id>:0.
+ */
+extern const cnx_stage cnx_stage_mesh;
+extern const cnx_stage cnx_stage_mesh_manifest;
+
 #ifdef __cplusplus
 }
 #endif

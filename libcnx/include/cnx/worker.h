@@ -51,6 +51,16 @@ typedef struct cnx_stage {
 int cnx_stage_read(cnx_stage_io *io, const char *role, const cnx_box *box,
                    cnx_volume **out);
 
+/**
+ * Read one object the task lists under input role (a side object such as
+ * a face record, or a chunk as stored), checked against its digest.
+ * @param max_len  refuse objects larger than this (0: the store's limit)
+ * @param[out] data  caller frees with free()
+ * @return 0; CNX_ESCHEMA (not listed); CNX_EDIGEST; store errors.
+ */
+int cnx_stage_get(cnx_stage_io *io, const char *role, const char *name,
+                  size_t max_len, uint8_t **data, size_t *len);
+
 /** The input layer of role, opened (borrowed; NULL if no such role). */
 cnx_layer *cnx_stage_input_layer(cnx_stage_io *io, const char *role);
 
@@ -108,6 +118,14 @@ int cnx_worker_run(const cnx_stage *stage, const cnx_worker_opts *opts);
 
 /** parse_args + run: the whole of a worker's main(). */
 int cnx_worker_main(const cnx_stage *stage, int argc, char **argv);
+
+/**
+ * The main() of an executable that serves several stages, one per
+ * process: "--stage NAME" picks it (default stages[0]) and the rest of the
+ * command line is cnx_worker_main's. --help without --stage lists them.
+ */
+int cnx_worker_main_multi(const char *prog, const cnx_stage *const *stages,
+                          size_t n, int argc, char **argv);
 
 #ifdef __cplusplus
 }

@@ -45,6 +45,8 @@ typedef struct cnx_wf_input {
     char *layer; /* path relative to the dataset; NULL if from a stage */
     char *scale; /* scale key; NULL: the layer's first scale */
     int stage;   /* index of the producing stage, or -1 */
+    char objects[33]; /* from a stage: "" reads its chunks; "dir" reads
+                       * its side objects dir/<chunk box> instead */
 } cnx_wf_input;
 
 typedef struct cnx_wf_stage {
@@ -55,6 +57,9 @@ typedef struct cnx_wf_stage {
     size_t ninputs;
     cnx_wf_input inputs[CNX_WF_MAX_INPUTS]; /* sorted by role */
     char *output_layer; /* relative path, e.g. "pyramid/v1" */
+    char output_part[33]; /* "" (the scale's chunks) or the name of what
+                           * else the stage writes into the layer ("mesh",
+                           * "segment_properties"): one writer each */
     int out_type, out_dtype, out_encoding; /* -1: as the first input */
     char *parameters;                      /* canonical JSON object */
     int64_t halo, task_size[3], retry_budget;
@@ -157,6 +162,7 @@ int cnx_plan_externals_from_json(cnx_plan_external **ext, size_t *next,
 /** One input of a planned stage. */
 typedef struct cnx_plan_input {
     char role[64];
+    char objects[33]; /* "" for chunks, else the side objects' directory */
     char layer[2048]; /* URL */
     cnx_scale scale;  /* the scale read */
 } cnx_plan_input;
@@ -276,6 +282,14 @@ typedef int (*cnx_plan_lookup_fn)(void *ctx, const char *role,
 int cnx_plan_task_json(const cnx_plan *p, size_t t, const char *request,
                        const char *deadline, int urgent,
                        cnx_plan_lookup_fn lookup, void *ctx, char **json);
+
+/**
+ * The namespace stage s binds within its output layer: its output scale
+ * key, or "<key>:<part>" for a stage that writes a part ("8_8_8:mesh").
+ * One (layer, namespace) holds the output of one (worker, kernel version,
+ * parameters) for ever (docs/ledger.md).
+ */
+void cnx_plan_namespace(const cnx_plan *p, size_t s, char *buf, size_t n);
 
 /**
  * Make sure every stage's output layer exists with its output scale, in

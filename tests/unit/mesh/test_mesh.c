@@ -12,165 +12,13 @@
 #include "cnx_test.h"
 
 #include <math.h>
-#include <time.h>
 
 #include "cnx/error.h"
 #include "cnx/mesh.h"
+#include "mesh_check.h"
 
 static const double unit_scale[3] = {1, 1, 1};
 static const double zero_offset[3] = {0, 0, 0};
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static int cmp_vec3(const void *a, const void *b)
-{
-    return memcmp(a, b, 3 * sizeof(float));
-}
-
-static uint32_t uf_find(uint32_t *p, uint32_t a)
-{
-    while (p[a] != a) {
-        p[a] = p[p[a]];
-        a = p[a];
-    }
-    return a;
-}
-
-/* Check the mesh is a closed oriented manifold without degenerate
- * triangles; return its Euler characteristic and enclosed volume. */
-static void check_mesh(const cnx_mesh *m, long *chi_out, double *vol_out)
-{
-    const size_t nt = m->ntris, nv = m->nverts, nd = 3 * m->ntris;
-    uint64_t *de = malloc((nd + 1) * sizeof(*de));
-    uint32_t *parent = malloc((nv + 1) * sizeof(*parent));
-    size_t *start = calloc(nv + 2, sizeof(*start));
-    uint32_t *link = malloc((2 * nd + 1) * sizeof(*link));
-    float *pos = malloc((3 * nv + 1) * sizeof(*pos));
-    double vol = 0;
-    assert_non_null(de);
-    assert_non_null(parent);
-    assert_non_null(start);
-    assert_non_null(link);
-    assert_non_null(pos);
-    if (nt == 0) {
-        assert_int_equal(nv, 0);
-    }
-    for (size_t v = 0; v < nv; v++)
-        parent[v] = (uint32_t)v;
-    for (size_t t = 0; t < nt; t++) {
-        const uint32_t *tri = m->tris + 3 * t;
-        double p[3][3], u[3], w[3], c[3];
-        for (int i = 0; i < 3; i++) {
-            assert_true(tri[i] < nv);
-            for (int a = 0; a < 3; a++)
-                p[i][a] = m->verts[3 * tri[i] + a];
-        }
-        assert_true(tri[0] != tri[1] && tri[1] != tri[2] &&
-                    tri[0] != tri[2]);
-        for (int a = 0; a < 3; a++) {
-            u[a] = p[1][a] - p[0][a];
-            w[a] = p[2][a] - p[0][a];
-        }
-        c[0] = u[1] * w[2] - u[2] * w[1];
-        c[1] = u[2] * w[0] - u[0] * w[2];
-        c[2] = u[0] * w[1] - u[1] * w[0];
-        assert_true(sqrt(c[0] * c[0] + c[1] * c[1] + c[2] * c[2]) > 1e-6);
-        vol += (p[0][0] * (p[1][1] * p[2][2] - p[1][2] * p[2][1]) -
-                p[0][1] * (p[1][0] * p[2][2] - p[1][2] * p[2][0]) +
-                p[0][2] * (p[1][0] * p[2][1] - p[1][1] * p[2][0])) /
-               6.0;
-        for (int i = 0; i < 3; i++) {
-            const uint32_t a = tri[i], b = tri[(i + 1) % 3];
-            de[3 * t + (size_t)i] = ((uint64_t)a << 32) | b;
-            parent[uf_find(parent, a)] = uf_find(parent, b);
-            start[a + 1]++;
-        }
-    }
-    /* Closed and oriented: each directed edge once, its reverse present. */
-    qsort(de, nd, sizeof(*de), cmp_u64);
-    for (size_t i = 0; i < nd; i++) {
-        uint64_t rev = (de[i] >> 32) | (de[i] << 32);
-        if (i > 0)
-            assert_true(de[i] != de[i - 1]);
-        assert_non_null(bsearch(&rev, de, nd, sizeof(*de), cmp_u64));
-    }
-    /* Manifold vertices: the link of each vertex is a single cycle. */
-    for (size_t v = 0; v < nv; v++)
-        start[v + 1] += start[v];
-    {
-        size_t *fill = malloc((nv + 1) * sizeof(*fill));
-        assert_non_null(fill);
-        memcpy(fill, start, (nv + 1) * sizeof(*fill));
-        for (size_t t = 0; t < nt; t++)
-            for (int i = 0; i < 3; i++) {
-                const uint32_t v = m->tris[3 * t + (size_t)i];
-                size_t s = fill[v]++;
-                link[2 * s] = m->tris[3 * t + (size_t)(i + 1) % 3];
-                link[2 * s + 1] = m->tris[3 * t + (size_t)(i + 2) % 3];
-            }
-        free(fill);
-    }
-    for (size_t v = 0; v < nv; v++) {
-        const size_t s = start[v], n = start[v + 1] - s;
-        uint32_t cur;
-        size_t steps = 0;
-        assert_true(n >= 3); /* every vertex is used */
-        cur = link[2 * s + 1];
-        do {
-            size_t j;
-            for (j = 0; j < n; j++)
-                if (link[2 * (s + j)] == cur)
-                    break;
-            assert_true(j < n);
-            cur = link[2 * (s + j) + 1];
-            steps++;
-        } while (cur != link[2 * s + 1] && steps <= n);
-        assert_int_equal(steps, n);
-    }
-    /* Merged: no two vertices share a position. */
-    if (nv > 0)
-        memcpy(pos, m->verts, 3 * nv * sizeof(*pos));
-    qsort(pos, nv, 3 * sizeof(float), cmp_vec3);
-    for (size_t v = 1; v < nv; v++)
-        assert_true(memcmp(pos + 3 * v, pos + 3 * (v - 1),
-                           3 * sizeof(float)) != 0);
-    /* Euler characteristic of each component: even, at most 2. */
-    {
-        long *nvc = calloc(nv + 1, sizeof(*nvc));
-        long *nfc = calloc(nv + 1, sizeof(*nfc));
-        long chi = 0;
-        assert_non_null(nvc);
-        assert_non_null(nfc);
-        for (size_t v = 0; v < nv; v++)
-            nvc[uf_find(parent, (uint32_t)v)]++;
-        for (size_t t = 0; t < nt; t++)
-            nfc[uf_find(parent, m->tris[3 * t])]++;
-        for (size_t v = 0; v < nv; v++) {
-            long c;
-            if (uf_find(parent, (uint32_t)v) != v)
-                continue;
-            assert_true(nfc[v] % 2 == 0);
-            c = nvc[v] - 3 * nfc[v] / 2 + nfc[v];
-            assert_true(c % 2 == 0);
-            assert_true(c <= 2);
-            chi += c;
-        }
-        assert_int_equal(chi, (long)nv - (long)(nd / 2) + (long)nt);
-        *chi_out = chi;
-        free(nvc);
-        free(nfc);
-    }
-    *vol_out = vol;
-    free(de);
-    free(parent);
-    free(start);
-    free(link);
-    free(pos);
-}
 
 static void mesh_and_check(const uint64_t *labels, const int64_t size[3],
                            uint64_t label, long *chi, double *vol)
@@ -467,28 +315,6 @@ static void test_mesh__bad_arguments_are_einval(void **state)
                      CNX_EINVAL);
 }
 
-/* Speed figure for the report, not an assertion. */
-static void test_mesh__speed_on_a_128_ball(void **state)
-{
-    const int64_t s[3] = {128, 128, 128};
-    uint64_t *v = new_volume(s);
-    struct timespec t0, t1;
-    cnx_mesh m;
-    long count;
-    double sec;
-    (void)state;
-    make_ball(v, s, 63.5, 60, 1, &count);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    assert_int_equal(cnx_mesh_label(v, s, 1, unit_scale, zero_offset, &m), 0);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec -
-                                                            t0.tv_nsec);
-    print_message("128^3 ball r=60: %zu verts, %zu tris, %.3f s, %.1f MVx/s\n",
-                  m.nverts, m.ntris, sec, 128.0 * 128 * 128 / sec / 1e6);
-    cnx_mesh_free(&m);
-    free(v);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -501,7 +327,6 @@ int main(void)
         cmocka_unit_test(test_mesh__random_volumes_are_closed_manifolds),
         cmocka_unit_test(test_mesh__deterministic_and_scaled_exactly),
         cmocka_unit_test(test_mesh__bad_arguments_are_einval),
-        cmocka_unit_test(test_mesh__speed_on_a_128_ball),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

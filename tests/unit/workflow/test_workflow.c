@@ -409,9 +409,10 @@ static void test_workflow__schema_agrees(void **state)
     snprintf(cmd, sizeof(cmd),
              "%s %s/tests/unit/workflow/schema_check.py %s/schemas/"
              "workflow.schema.json %s/valid.jsonl %s/invalid.jsonl "
-             "%s/workflows/pyramid.json %s/workflows/pyramid3.json",
+             "%s/workflows/pyramid.json %s/workflows/pyramid3.json "
+             "%s/workflows/segmentation.json",
              py, source_dir(), source_dir(), dir, dir, source_dir(),
-             source_dir());
+             source_dir(), source_dir());
     rc = system(cmd);
     cnx_test_rmtree(dir);
     assert_int_equal(rc, 0);
@@ -1254,6 +1255,103 @@ static void test_workflow__prepare_outputs(void **state)
     cnx_test_rmtree(dir);
 }
 
+/* The segmentation workflow: side objects, parts, their namespaces. */
+static void test_workflow__segmentation_side_objects_and_parts(void **state)
+{
+    const int64_t size[3] = {256, 256, 256}, chunk[3] = {128, 128, 128};
+    char dir[64], data[160], url[256], ns[96];
+    cnx_workflow *wf = load_file("workflows/segmentation.json");
+    struct lookups l = {0, 0};
+    cnx_plan *p = NULL;
+    cnx_layer *layer = NULL;
+    cnx_task *task = NULL;
+    char *json = NULL;
+    int join, relabel, mesh;
+    (void)state;
+    cnx_test_tmpdir(dir);
+    dataset_in(dir, data, sizeof(data));
+    snprintf(url, sizeof(url), "%s/boundary", data);
+    make_layer(url, size, 8, chunk, NULL);
+    if (cnx_plan_new(&p, wf, data, NULL) != 0)
+        fail_msg("%s", cnx_error_last()->message);
+    join = cnx_workflow_find_stage(wf, "join");
+    relabel = cnx_workflow_find_stage(wf, "relabel");
+    mesh = cnx_workflow_find_stage(wf, "mesh");
+    assert_int_equal(p->stages[join].count, 1);
+    assert_int_equal(p->stages[relabel].count, 8);
+    cnx_plan_namespace(p, (size_t)join, ns, sizeof(ns));
+    assert_string_equal(ns, "8_8_8:segment_properties");
+    cnx_plan_namespace(p, (size_t)relabel, ns, sizeof(ns));
+    assert_string_equal(ns, "8_8_8");
+    /* The join lists every chunk's face record, not the chunks. */
+    assert_int_equal(cnx_plan_task_json(p, p->stages[join].first, "r",
+                                        "2030-01-02T03:04:05Z", 0,
+                                        fake_lookup, &l, &json),
+                     0);
+    assert_int_equal(cnx_task_parse(&task, json, strlen(json)), 0);
+    assert_int_equal(task->inputs[0].nobjects, 8);
+    assert_string_equal(task->inputs[0].objects[0].name,
+                        "faces/8_8_8/0-128_0-128_0-128");
+    assert_int_equal(p->tasks[p->stages[join].first].ndeps, 8);
+    cnx_task_free(task);
+    free(json);
+    /* A relabel task: its chunk and its chunk's mapping, after the join. */
+    assert_int_equal(cnx_plan_task_json(p, p->stages[relabel].first, "r",
+                                        "2030-01-02T03:04:05Z", 0,
+                                        fake_lookup, &l, &json),
+                     0);
+    assert_int_equal(cnx_task_parse(&task, json, strlen(json)), 0);
+    assert_non_null(cnx_task_expected(task, "mapping",
+                                      "agglomeration/8_8_8/0-128_0-128_0-128"));
+    assert_non_null(cnx_task_expected(task, "fragments",
+                                      "8_8_8/0-128_0-128_0-128"));
+    assert_int_equal(task->inputs[1].nobjects, 1);
+    assert_int_equal(p->tasks[p->stages[relabel].first].ndeps, 2);
+    cnx_task_free(task);
+    free(json);
+    /* A mesh task reads one voxel more: the 8 chunks around a corner. */
+    assert_int_equal(p->tasks[p->stages[mesh].first].ndeps, 8);
+    /* The output layer's info names the mesh and properties parts. */
+    if (cnx_plan_prepare_outputs(p) != 0)
+        fail_msg("%s", cnx_error_last()->message);
+    snprintf(url, sizeof(url), "%s/segmentation/v1", data);
+    assert_int_equal(cnx_layer_open(&layer, url), 0);
+    assert_string_equal(cnx_layer_get_info(layer)->mesh, "mesh");
+    assert_string_equal(cnx_layer_get_info(layer)->segment_properties,
+                        "segment_properties");
+    assert_int_equal(cnx_layer_get_info(layer)->dtype, CNX_DT_UINT64);
+    cnx_layer_free(layer);
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+    cnx_test_rmtree(dir);
+}
+
+static void test_workflow__objects_and_parts_refused(void **state)
+{
+    cnx_workflow *wf = NULL;
+    const char *msg = cnx_error_last()->message;
+    const char *bad_objects =
+        "{\"schema\":\"cnx.workflow/1\",\"name\":\"w\",\"stages\":[{"
+        "\"name\":\"a\",\"worker\":\"x\",\"kind\":\"map\","
+        "\"kernel_version\":1,\"inputs\":{\"s\":{\"layer\":\"img\","
+        "\"objects\":\"faces\"}},\"output\":{\"layer\":\"o/v1\"}}]}";
+    const char *bad_part =
+        "{\"schema\":\"cnx.workflow/1\",\"name\":\"w\",\"stages\":[{"
+        "\"name\":\"a\",\"worker\":\"x\",\"kind\":\"map\","
+        "\"kernel_version\":1,\"inputs\":{\"s\":{\"layer\":\"img\"}},"
+        "\"output\":{\"layer\":\"o/v1\",\"part\":\"../mesh\"}}]}";
+    (void)state;
+    assert_int_equal(cnx_workflow_parse(&wf, bad_objects, strlen(bad_objects)),
+                     CNX_ESCHEMA);
+    if (strstr(msg, "stages[0].inputs.s") == NULL ||
+        strstr(msg, "needs \"stage\"") == NULL)
+        fail_msg("%s", msg);
+    assert_int_equal(cnx_workflow_parse(&wf, bad_part, strlen(bad_part)),
+                     CNX_ESCHEMA);
+    if (strstr(msg, "output.part") == NULL)
+        fail_msg("%s", msg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1271,6 +1369,8 @@ int main(void)
         cmocka_unit_test(test_workflow__plans_are_deterministic),
         cmocka_unit_test(test_workflow__task_messages_list_exactly_the_chunks),
         cmocka_unit_test(test_workflow__prepare_outputs),
+        cmocka_unit_test(test_workflow__segmentation_side_objects_and_parts),
+        cmocka_unit_test(test_workflow__objects_and_parts_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,140 @@
+/*
+ * cnx/segjoin.h - segmentation across chunk seams (pure kernels).
+ *
+ * A volume is segmented in three steps that workers run as three stages
+ * (docs/segment.md):
+ *
+ *  1. fragments (map, one task per chunk): the segmentation kernel
+ *     (cnx/segment.h) runs on the chunk grown by the task's halo; the
+ *     result is cropped to the chunk and every segment gets a 64-bit id
+ *     derived from geometry: 1 + the packed global coordinate of its first
+ *     voxel in raster order within the chunk (x | y << 21 | z << 42). The
+ *     task also writes a face record: its fragments' voxel counts and, on
+ *     each of its six faces, the fragment ids and quantised boundary values
+ *     of the face's voxel layer.
+ *  2. join (reduce, one task): for every pair of chunks that share a face,
+ *     each face position pairs the two layers' fragments; the edge between
+ *     two fragments gets the mean of cnx_segment_pair_value over its
+ *     positions (integer sums, compared as the kernel compares its edges:
+ *     cnx_segment_edge_value against cnx_segment_merge_level), and every
+ *     edge below the merge threshold is joined by union-find; with
+ *     "sections" no edge crosses a z face. A segment's id is the least fragment id in it,
+ *     so nothing depends on the order of chunks or edges. The join writes
+ *     one mapping per chunk (fragment -> segment for the chunk's fragments)
+ *     and the segment properties (voxel count per segment).
+ *  3. relabel (map, one task per chunk): fragment ids -> segment ids.
+ *
+ * The face record and the mapping are little-endian binary documents
+ * (layouts in docs/formats.md); decoders check every length and count.
+ */
+#ifndef CNX_SEGJOIN_H
+#define CNX_SEGJOIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cnx/geom.h"
+#include "cnx/segment.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Coordinates must be in [0, 2^21) per axis to pack into an id. */
+#define CNX_SEGJOIN_COORD_MAX ((int64_t)1 << 21)
+
+/** The geometry-derived id of a fragment whose first voxel is (x, y, z). */
+static inline uint64_t cnx_segjoin_id(int64_t x, int64_t y, int64_t z)
+{
+    return 1 + ((uint64_t)x | (uint64_t)y << 21 | (uint64_t)z << 42);
+}
+
+/**
+ * Fragments of one chunk.
+ *
+ * @param boundary  boundary map over bbox in [0, 1] (x fastest; borrowed),
+ *                  as cnx_segment_boundary_* make it
+ * @param bbox      the box boundary covers: the chunk grown by the halo
+ *                  and clipped to the volume
+ * @param roi       the chunk, inside bbox
+ * @param[out] labels  cnx_box_voxels(roi) fragment ids, x fastest
+ * @param[out] face    the face record (caller frees with free())
+ * @return 0; CNX_EINVAL (bad boxes); CNX_ERANGE (coordinates out of
+ *         [0, 2^21)); CNX_ENOMEM; what cnx_segment_volume returns.
+ */
+int cnx_segjoin_fragments(const float *boundary, const cnx_box *bbox,
+                          const cnx_box *roi, const cnx_segment_params *p,
+                          uint64_t *labels, uint8_t **face, size_t *face_len);
+
+/** One chunk's face record, for the join. */
+typedef struct cnx_segjoin_input {
+    const uint8_t *data;
+    size_t len;
+    const char *name; /* for error messages */
+} cnx_segjoin_input;
+
+/** The result of a join. */
+typedef struct cnx_segjoin {
+    size_t nchunks;
+    cnx_box *chunks;    /* the chunks, in input order */
+    size_t *first;      /* chunk k's fragments: frag[first[k] .. first[k+1]) */
+    uint64_t *frag;     /* fragment ids, ascending within each chunk */
+    uint64_t *seg;      /* segment of each fragment */
+    size_t nsegs;
+    uint64_t *seg_ids;  /* segment ids ascending */
+    uint64_t *seg_size; /* voxel count of each */
+    size_t nedges, nmerged; /* cross-face edges seen and joined */
+} cnx_segjoin;
+
+/**
+ * Join the fragments of chunks across their shared faces.
+ * @param p  merge_threshold and sections are used
+ * @param[out] out  free with cnx_segjoin_free()
+ * @return 0; CNX_ECORRUPT naming the input for a malformed record;
+ *         CNX_EINVAL for overlapping chunks or a fragment in two chunks;
+ *         CNX_ENOMEM.
+ */
+int cnx_segjoin_run(const cnx_segjoin_input *in, size_t n,
+                    const cnx_segment_params *p, cnx_segjoin *out);
+
+void cnx_segjoin_free(cnx_segjoin *j);
+
+/** Encode chunk k's mapping. @param[out] out  free() it. */
+int cnx_segjoin_mapping_encode(const cnx_segjoin *j, size_t k, uint8_t **out,
+                               size_t *len);
+
+/** The segment properties document (Neuroglancer's inline form) of j. */
+int cnx_segjoin_properties_json(const cnx_segjoin *j, char **out);
+
+/**
+ * Relabel fragment ids in place with a mapping document (an id the mapping
+ * does not name is CNX_ECORRUPT: the mapping is not this chunk's).
+ */
+int cnx_segjoin_relabel(uint64_t *labels, size_t n, const uint8_t *mapping,
+                        size_t len);
+
+/** How cnx_segjoin_chunked schedules the chunks (never what it computes). */
+typedef struct cnx_segjoin_schedule {
+    int threads; /* chunks segmented at once, >= 1 */
+    int reverse; /* 1: chunks (and their records) in reverse order */
+} cnx_segjoin_schedule;
+
+/**
+ * The whole three-step method in one process, over a volume held in
+ * memory: what the workers compute, for tests and benchmarks. The result
+ * is the same bytes for every schedule.
+ * @param boundary  size[0]*size[1]*size[2] boundary values in [0, 1]
+ * @param chunk     chunk size per axis
+ * @param halo      voxels each chunk's fragments see beyond it
+ * @param sched     NULL: one thread, forward
+ * @param[out] labels  segment ids, x fastest
+ */
+int cnx_segjoin_chunked(const float *boundary, const int64_t size[3],
+                        const int64_t chunk[3], int64_t halo,
+                        const cnx_segment_params *p,
+                        const cnx_segjoin_schedule *sched, uint64_t *labels);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

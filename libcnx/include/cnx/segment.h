@@ -1,0 +1,253 @@
+/*
+ * cnx/segment.h - boundary map to neuron segmentation (pure kernel):
+ * seeded watershed, region adjacency graph, greedy agglomeration by the
+ * mean boundary value along each edge (waterz / ABISS style), small-
+ * fragment cleanup. Buffers in, buffers out, no I/O, single-threaded.
+ *
+ * The pipeline, all on the boundary quantised to 8 bits
+ * (q = cnx_segment_quantize(b), 0 = interior .. 255 = membrane):
+ *
+ *   1. seeds: "distance" (default) - the voxels with q below
+ *      seed_threshold are interior; a chamfer distance transform (3-4-5;
+ *      3-4 per section) measures each one's distance to the nearest
+ *      boundary voxel (the volume's faces are not boundaries; distances
+ *      saturate at 85 voxels, farther is one plateau); the seeds
+ *      are the connected components of the voxels whose distance is
+ *      positive and the largest within seed_min_distance voxels (a cube,
+ *      like scikit-image's peak_local_max). "minima": the components of
+ *      the voxels whose q is below seed_threshold and the smallest within
+ *      seed_min_distance. A volume (or, with sections, a section) left
+ *      without a seed is seeded at its first voxel of lowest q.
+ *   2. watershed: a priority flood from the seeds over face neighbours
+ *      (6 in 3D, 4 in-plane with sections), lowest q first through a
+ *      256-bucket FIFO queue; a voxel takes the label of the voxel that
+ *      reached it first. Every voxel is labelled.
+ *   3. graph: every face-adjacent voxel pair (a, b) with different basins
+ *      adds cnx_segment_pair_value(q_a, q_b) to the sum and 1 to the count
+ *      of the edge between the two basins. An edge's value is its mean,
+ *      kept as the integer floor(65536 * sum / count).
+ *   4. agglomeration: the edge of lowest value is merged while its value
+ *      is below merge_threshold * 255 * 65536 (rounded); edges to a common
+ *      neighbour are combined (sums and counts added). Ties go to the
+ *      lower (smaller id, larger id) pair; a merged region keeps the
+ *      smaller id.
+ *   5. cleanup: while a region has fewer than min_size voxels (the
+ *      smallest first, ties to the lower id), it is merged along its edge
+ *      of lowest value (ties: the lower neighbour id). A region with no
+ *      neighbour stays.
+ *   6. numbering: labels 1..n in raster order (x fastest, then y, z) of
+ *      each segment's first voxel.
+ *
+ * Determinism: every decision is integer (quantised boundary, integer
+ * sums, bucket queue, ids); nothing depends on pointer values, hash order
+ * or timing, so the same input gives the same bytes on every machine. The
+ * membrane filter for raw images uses only IEEE + - * / and sqrt (all
+ * correctly rounded; no other libm function) and binomial kernels from a
+ * fixed recurrence, in a fixed order, built with -ffp-contract=off.
+ * See docs/segment.md for the method, defaults and measured quality.
+ */
+#ifndef CNX_SEGMENT_H
+#define CNX_SEGMENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Kernel version: bumped whenever the labels it writes are meant to change. */
+#define CNX_SEGMENT_VERSION 1
+
+/** Largest number of voxels accepted (2^31): labels are uint32. */
+#define CNX_SEGMENT_MAX_VOXELS ((int64_t)1 << 31)
+
+/** Largest extent accepted on any axis, voxels. */
+#define CNX_SEGMENT_MAX_SIDE ((int64_t)1 << 20)
+
+/** How seeds are found (step 1 of the file comment). */
+typedef enum cnx_segment_seeds {
+    CNX_SEGMENT_SEEDS_DISTANCE = 0, /* maxima of the distance to boundary */
+    CNX_SEGMENT_SEEDS_MINIMA = 1,   /* minima of the boundary */
+} cnx_segment_seeds;
+
+/**
+ * Parameters; fill with cnx_segment_params_default, then adjust. Ranges
+ * and (defaults) are given with each field. The defaults suit boundary
+ * maps like cnx-synth's; for raw ISBI sections see bench/isbi_eval.py.
+ */
+typedef struct cnx_segment_params {
+    /* 0: the input is a boundary map (high = membrane); 1: a raw EM image
+     * (dark membranes), put through the membrane filter first (0). */
+    int raw_input;
+    /* 1: every z section on its own (2D), for anisotropic data such as
+     * ISBI's 4x4x50 nm (0). */
+    int sections;
+    /* Membrane filter scale, voxels, raw_input only: 0.5 .. 8 (1.5). */
+    double filter_sigma;
+    /* Weight of the filter's ridge (Hessian) term against its darkness
+     * term: 0 .. 1 (0.3). */
+    double filter_ridge;
+    /* Scale of the shading removed from the darkness term, voxels; 0: none.
+     * 0 .. 256 (25). */
+    double filter_background;
+    /* Seeds are extrema within this many voxels (a cube): 0 .. 64 (2). */
+    int64_t seed_min_distance;
+    /* Boundary level below which a voxel may hold a seed: 0 .. 1 (0.5). */
+    double seed_threshold;
+    /* Distance maxima or boundary minima (CNX_SEGMENT_SEEDS_DISTANCE). */
+    cnx_segment_seeds seed_method;
+    /* Merge neighbours while the mean boundary along their shared edge is
+     * below this: 0 .. 1 (0.5). */
+    double merge_threshold;
+    /* Fragments smaller than this (voxels) join the neighbour they share
+     * the lowest edge with: 0 .. 2^31 (64). */
+    int64_t min_size;
+} cnx_segment_params;
+
+/** Fill p with the defaults given with each field above. */
+void cnx_segment_params_default(cnx_segment_params *p);
+
+/**
+ * Parse a JSON object of parameters over the defaults. Keys (all
+ * optional): "raw_input", "sections" (booleans or 0/1), "filter_sigma",
+ * "filter_ridge", "filter_background", "seed_threshold",
+ * "merge_threshold" (numbers),
+ * "seed_min_distance", "min_size" (integers), "seed_method" ("distance" or
+ * "minima"), with the ranges of cnx_segment_params. NULL means "{}".
+ *
+ * @param[out] p  filled on success only
+ * @param json    the parameters object, NUL-terminated
+ * @return 0; CNX_ESCHEMA for malformed JSON, a non-object, an unknown key,
+ *         a wrong type or a value out of range, with a one-line message
+ *         naming the key ("segment: parameters.merge_threshold: must be a
+ *         number in [0, 1]"); CNX_ETOOBIG for a document over the JSON
+ *         size limit. Fatal (not retriable).
+ */
+int cnx_segment_params_parse(cnx_segment_params *p, const char *json);
+
+/**
+ * Check parameters set by hand (the ranges above).
+ * @return 0, or CNX_EINVAL naming the field.
+ */
+int cnx_segment_params_check(const cnx_segment_params *p);
+
+/**
+ * Turn a uint8 volume into a float boundary map in [0, 1].
+ *
+ * raw_input 0: b = v / 255. raw_input 1: the membrane filter (see
+ * docs/segment.md and segment_filter.c): per section when p->sections,
+ * else in 3D; intensities stretched by their 1st and 99th percentiles;
+ * darkness = the image inverted, smoothed at filter_sigma, minus its
+ * shading (a blur at filter_background); ridge = the largest Hessian
+ * eigenvalue at 2 filter_sigma (dark thin lines); each term stretched to
+ * [0, 1] by its percentiles, b = (1 - filter_ridge) * darkness +
+ * filter_ridge * ridge.
+ *
+ * @param in    size[0]*size[1]*size[2] voxels, x fastest, then y, z
+ * @param size  each 1 .. CNX_SEGMENT_MAX_SIDE, product at most
+ *              CNX_SEGMENT_MAX_VOXELS
+ * @param p     parameters (checked)
+ * @param[out] boundary_out  as many floats as voxels; may not alias in
+ * @return 0; CNX_EINVAL for NULL pointers, a size below 1 or bad
+ *         parameters; CNX_ETOOBIG for a volume over the limits (also
+ *         when (X+2)(Y+2)(Z+2) reaches 2^32: very thin volumes);
+ *         CNX_ENOMEM. All fatal. Time O(voxels) (the filter: O(voxels x
+ *         filter_sigma^2)); memory 16 bytes per voxel (filter).
+ * Thread-safety: no shared state; call from any number of threads.
+ */
+int cnx_segment_boundary_u8(const uint8_t *in, const int64_t size[3],
+                            const cnx_segment_params *p, float *boundary_out);
+
+/**
+ * As cnx_segment_boundary_u8 for float input. raw_input 0: b = v clamped
+ * to [0, 1] (NaN reads as 1, a membrane). raw_input 1: intensities are
+ * normalised by their own 1st and 99th percentiles (NaN counts as dark).
+ */
+int cnx_segment_boundary_f32(const float *in, const int64_t size[3],
+                             const cnx_segment_params *p, float *boundary_out);
+
+/**
+ * The 8-bit level the kernel works with: round(255 * b) for b clamped to
+ * [0, 1] (NaN: 255).
+ */
+static inline uint32_t cnx_segment_quantize(float b)
+{
+    /* On the bits, without branches: non-negative floats order as their
+     * bit patterns; NaN of either sign reads as 1.0f, negatives as 0. */
+    const uint32_t one = 0x3F800000u;
+    uint32_t u;
+    float c;
+    memcpy(&u, &b, sizeof(u));
+    u = (u & 0x7FFFFFFFu) > 0x7F800000u ? one : u;
+    u = (u & 0x80000000u) != 0 ? 0u : u;
+    u = u < one ? u : one;
+    memcpy(&c, &u, sizeof(c));
+    return (uint32_t)(c * 255.0f + 0.5f);
+}
+
+/**
+ * The edge statistic: what one face-adjacent voxel pair (a, b) in
+ * different regions adds to the sum of the edge between their regions
+ * (the count grows by one). It is the larger of the two quantised
+ * boundary values, 0 .. 255: the height of the ridge the watershed line
+ * crosses there. A cross-chunk join must sum exactly this, over exactly
+ * the face pairs that straddle its seam, to take the decisions the kernel
+ * would take on the whole volume.
+ *
+ * @param ba, bb  the float boundary values of the two voxels (the _q form
+ *                takes their quantised values)
+ */
+static inline uint32_t cnx_segment_pair_value_q(uint32_t qa, uint32_t qb)
+{
+    return qa > qb ? qa : qb;
+}
+
+static inline uint32_t cnx_segment_pair_value(float ba, float bb)
+{
+    return cnx_segment_pair_value_q(cnx_segment_quantize(ba),
+                                    cnx_segment_quantize(bb));
+}
+
+/**
+ * An edge's value from its sums: floor(65536 * sum / count), compared
+ * against cnx_segment_merge_level(merge_threshold).
+ */
+static inline uint64_t cnx_segment_edge_value(uint64_t sum, uint64_t count)
+{
+    return (sum << 16) / count;
+}
+
+/**
+ * The value below which edges merge: merge_threshold * 255 * 65536,
+ * rounded to the nearest integer (threshold in [0, 1]).
+ */
+uint64_t cnx_segment_merge_level(double merge_threshold);
+
+/**
+ * Segment a boundary map (steps 1-6 of the file comment).
+ *
+ * @param boundary  size[0]*size[1]*size[2] values in [0, 1] (others are
+ *                  clamped; NaN is 1), x fastest, then y, z
+ * @param size      each 1 .. CNX_SEGMENT_MAX_SIDE, product at most
+ *                  CNX_SEGMENT_MAX_VOXELS
+ * @param p         parameters (checked; raw_input and filter_* unused)
+ * @param[out] labels   one label per voxel, 1 .. *nlabels
+ * @param[out] nlabels  the number of segments
+ * @return 0; CNX_EINVAL for NULL pointers, a size below 1 or bad
+ *         parameters; CNX_ETOOBIG for a volume over the limits (as
+ *         cnx_segment_boundary_u8); CNX_ENOMEM. All fatal. Outputs are
+ *         undefined on failure.
+ * Time O(voxels) plus O(E log E) in the number of graph edges; memory
+ * about 10 bytes per voxel (padded) besides input and output.
+ * Thread-safety: no shared state; call from any number of threads.
+ */
+int cnx_segment_volume(const float *boundary, const int64_t size[3],
+                       const cnx_segment_params *p, uint32_t *labels,
+                       uint32_t *nlabels);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

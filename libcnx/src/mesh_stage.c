@@ -1,0 +1,316 @@
+/*
+ * mesh_stage.c - the meshing stages (cnx/mesh.h, docs/mesh.md).
+ *
+ * "mesh" (map, one chunk per task, halo >= 1): marching cubes over every
+ * label of the chunk plus one voxel of overlap on its high faces, optional
+ * quadric simplification with the chunk-face vertices fixed, and one
+ * Neuroglancer legacy fragment per label, mesh/<id>:0:<chunk>; the list of
+ * ids goes to mesh_index/<scale>/<chunk>. "mesh-manifest" (reduce) reads
+ * every index and writes each segment's manifest mesh/<id>:0 listing its
+ * fragments in chunk order (z, y, x).
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cnx/error.h"
+#include "cnx/mesh.h"
+#include "cnx/stages.h"
+#include "json_int.h"
+#include "stage_int.h"
+
+#define INDEX_DIR "mesh_index"
+#define INDEX_MAX ((size_t)64 << 20)
+
+/* Parameters: {} or {"simplify": fraction in (0, 1], "max_error": nm^2}. */
+static int parse_mesh_params(const char *text, cnx_mesh_simplify_opts *o)
+{
+    static const char *const keys[] = {"simplify", "max_error", NULL};
+    json_t *js = NULL;
+    const json_t *v;
+    int rc;
+
+    memset(o, 0, sizeof(*o));
+    o->target_fraction = 1.0;
+    o->max_error = INFINITY;
+    if (text == NULL)
+        return 0;
+    rc = cnx__json_parse(&js, text, strlen(text), CNX_ESCHEMA,
+                         "mesh: parameters");
+    if (rc != 0)
+        return rc;
+    if (!json_is_object(js))
+        rc = cnx_error_set(CNX_ESCHEMA, 0,
+                           "mesh: parameters: must be an object");
+    if (rc == 0)
+        rc = cnx__json_only_keys(js, keys, CNX_ESCHEMA, "mesh: parameters");
+    v = json_object_get(js, "simplify");
+    if (rc == 0 && v != NULL) {
+        double f = json_is_number(v) ? json_number_value(v) : -1;
+        if (!(f > 0 && f <= 1))
+            rc = cnx_error_set(CNX_ESCHEMA, 0,
+                               "mesh: parameters.simplify: must be a "
+                               "fraction of the triangles in (0, 1]");
+        o->target_fraction = f;
+    }
+    v = json_object_get(js, "max_error");
+    if (rc == 0 && v != NULL) {
+        double e = json_is_number(v) ? json_number_value(v) : -1;
+        if (!(e >= 0 && e <= 1e12))
+            rc = cnx_error_set(CNX_ESCHEMA, 0,
+                               "mesh: parameters.max_error: must be a "
+                               "number of nm^2 in [0, 1e12]");
+        o->max_error = e;
+    }
+    json_decref(js);
+    return rc;
+}
+
+/* Write one fragment per mesh and the chunk's index of ids. */
+static int write_fragments(cnx_stage_io *io, const cnx_task *task,
+                           cnx_mesh_set *set,
+                           const cnx_mesh_simplify_opts *o)
+{
+    char box[128], name[512];
+    size_t cap = set->n * 21 + 1, at = 0;
+    char *index = malloc(cap);
+    int rc = cnx_box_format(&task->roi, box, sizeof(box));
+
+    if (index == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "mesh: out of memory");
+    index[0] = '\0';
+    for (size_t i = 0; i < set->n && rc == 0; i++) {
+        uint8_t *bytes = NULL;
+        size_t len = 0;
+        if (o->target_fraction < 1 || isfinite(o->max_error))
+            rc = cnx_mesh_simplify(&set->meshes[i], o);
+        if (rc == 0)
+            rc = cnx_mesh_legacy_encode(&set->meshes[i], &bytes, &len);
+        snprintf(name, sizeof(name), "mesh/%" PRIu64 ":0:%s", set->labels[i],
+                 box);
+        if (rc == 0)
+            rc = cnx_stage_put(io, name, bytes, len);
+        at += (size_t)snprintf(index + at, cap - at, "%" PRIu64 "\n",
+                               set->labels[i]);
+        free(bytes);
+    }
+    if (rc == 0)
+        rc = cnx_side_object_name(INDEX_DIR, task->output_scale, &task->roi,
+                                  name, sizeof(name));
+    if (rc == 0)
+        rc = cnx_stage_put(io, name, index, at);
+    free(index);
+    return rc;
+}
+
+static int run_mesh(void *ctx, const cnx_task *task, cnx_stage_io *io)
+{
+    const cnx_task_input *in = cnx_task_input_get(task, "segmentation");
+    cnx_layer *layer = cnx_stage_input_layer(io, "segmentation");
+    const cnx_layer_info *info;
+    cnx_mesh_simplify_opts o;
+    cnx_mesh_block b;
+    cnx_mesh_set set;
+    cnx_volume *vol = NULL;
+    cnx_grid grid;
+    cnx_box bounds, rbox;
+    int s, rc;
+
+    (void)ctx;
+    memset(&set, 0, sizeof(set));
+    if (in == NULL || layer == NULL || task->ninputs != 1)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "mesh: inputs: must be exactly one role, "
+                             "\"segmentation\"");
+    info = cnx_layer_get_info(layer);
+    s = cnx_info_find_scale(info, in->scale);
+    if (s < 0 || info->dtype != CNX_DT_UINT64 || info->channels != 1)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "mesh: inputs.segmentation: must be a uint64 "
+                             "segmentation scale");
+    if (task->halo < 1)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "mesh: halo: must be at least 1 (the overlap "
+                             "on the high faces)");
+    rc = parse_mesh_params(task->parameters, &o);
+    if (rc == 0) {
+        grid = cnx_info_grid(info, s);
+        rc = cnx__stage_one_chunk(task, &grid, "mesh");
+    }
+    if (rc != 0)
+        return rc;
+    memset(&b, 0, sizeof(b));
+    for (int i = 0; i < 3; i++) {
+        bounds.min[i] = grid.offset[i];
+        bounds.max[i] = grid.offset[i] + grid.size[i];
+        rbox.min[i] = task->roi.min[i];
+        rbox.max[i] = cnx_imin(task->roi.max[i] + 1, bounds.max[i]);
+        b.cells.min[i] = task->roi.min[i] - (task->roi.min[i] == bounds.min[i]);
+        b.cells.max[i] = task->roi.max[i];
+        b.origin[i] = rbox.min[i];
+        b.size[i] = rbox.max[i] - rbox.min[i];
+        b.resolution[i] = info->scales[s].resolution[i];
+    }
+    rc = cnx_stage_read(io, "segmentation", &rbox, &vol);
+    if (rc == 0) {
+        b.labels = vol->data;
+        rc = cnx_mesh_block_run(&b, &set);
+    }
+    cnx_mesh_block_planes(&b, &o);
+    if (rc == 0)
+        rc = write_fragments(io, task, &set, &o);
+    if (rc == 0)
+        cnx_stage_add_voxels(io, cnx_box_voxels(&task->roi));
+    cnx_mesh_set_free(&set);
+    cnx_volume_free(vol);
+    return rc;
+}
+
+const cnx_stage cnx_stage_mesh = {
+    .name = "mesh",
+    .kernel_version = CNX_MESH_VERSION,
+    .run = run_mesh,
+    .ctx = NULL,
+    .help = "Meshes one chunk per task (halo >= 1): marching cubes over\n"
+            "every label of input role \"segmentation\" (uint64) with one\n"
+            "voxel of overlap on the high faces, optionally simplified\n"
+            "with the chunk-face vertices fixed; writes one Neuroglancer\n"
+            "legacy fragment per label, mesh/<id>:0:<chunk>, and the list\n"
+            "of ids, mesh_index/<scale>/<chunk>. Parameters: {} or\n"
+            "{\"simplify\": fraction, \"max_error\": nm^2}. docs/mesh.md.",
+};
+
+/* ---- mesh-manifest ------------------------------------------------------- */
+
+typedef struct frag_ref {
+    uint64_t id;
+    cnx_box box;
+} frag_ref;
+
+static int cmp_ref(const void *x, const void *y)
+{
+    const frag_ref *a = x, *b = y;
+    if (a->id != b->id)
+        return a->id < b->id ? -1 : 1;
+    for (int i = 2; i >= 0; i--)
+        if (a->box.min[i] != b->box.min[i])
+            return a->box.min[i] < b->box.min[i] ? -1 : 1;
+    return 0;
+}
+
+/* Append the ids of one index document (chunk box from its name). */
+static int read_index(const char *name, const uint8_t *data, size_t len,
+                      frag_ref **refs, size_t *n, size_t *cap)
+{
+    const char *slash = strrchr(name, '/');
+    cnx_box box;
+    size_t i = 0;
+    if (slash == NULL || cnx_box_parse(slash + 1, &box) != 0)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "mesh-manifest: %s: not a mesh index name",
+                             name);
+    while (i < len) {
+        uint64_t id = 0;
+        size_t d = 0;
+        while (i < len && data[i] >= '0' && data[i] <= '9' && d < 20) {
+            id = id * 10 + (uint64_t)(data[i++] - '0');
+            d++;
+        }
+        if (d == 0 || i >= len || data[i] != '\n' || id == 0)
+            return cnx_error_set(CNX_ECORRUPT, 0,
+                                 "mesh-manifest: %s: byte %zu: not a list "
+                                 "of segment ids",
+                                 name, i);
+        i++;
+        if (*n == *cap) {
+            size_t c = *cap ? *cap * 2 : 1024;
+            frag_ref *r = realloc(*refs, c * sizeof(*r));
+            if (r == NULL)
+                return cnx_error_set(CNX_ENOMEM, 0,
+                                     "mesh-manifest: out of memory");
+            *refs = r;
+            *cap = c;
+        }
+        (*refs)[(*n)++] = (frag_ref){id, box};
+    }
+    return 0;
+}
+
+/* Write mesh/<id>:0 for the run of refs with one id. */
+static int write_manifest(cnx_stage_io *io, const frag_ref *r, size_t n)
+{
+    json_t *frags = json_array(), *doc;
+    char name[64], box[128], frag[192];
+    char *text = NULL;
+    int rc = 0;
+    for (size_t i = 0; frags != NULL && i < n && rc == 0; i++) {
+        rc = cnx_box_format(&r[i].box, box, sizeof(box));
+        snprintf(frag, sizeof(frag), "%" PRIu64 ":0:%s", r[i].id, box);
+        if (rc == 0)
+            json_array_append_new(frags, json_string(frag));
+    }
+    doc = json_pack("{s:o}", "fragments", frags);
+    if (doc != NULL)
+        text = cnx__json_canonical(doc);
+    json_decref(doc);
+    if (rc == 0 && text == NULL)
+        rc = cnx_error_set(CNX_ENOMEM, 0, "mesh-manifest: out of memory");
+    snprintf(name, sizeof(name), "mesh/%" PRIu64 ":0", r[0].id);
+    if (rc == 0)
+        rc = cnx_stage_put(io, name, text, strlen(text));
+    free(text);
+    return rc;
+}
+
+static int run_manifest(void *ctx, const cnx_task *task, cnx_stage_io *io)
+{
+    const cnx_task_input *in = cnx_task_input_get(task, "index");
+    frag_ref *refs = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+
+    (void)ctx;
+    if (in == NULL || task->ninputs != 1)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "mesh-manifest: inputs: must be exactly one "
+                             "role, \"index\" (the mesh stage's indexes)");
+    if (task->parameters != NULL && strcmp(task->parameters, "{}") != 0)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "mesh-manifest: parameters: must be {}");
+    for (size_t k = 0; k < in->nobjects && rc == 0; k++) {
+        uint8_t *data = NULL;
+        size_t len = 0;
+        rc = cnx_stage_get(io, "index", in->objects[k].name, INDEX_MAX, &data,
+                           &len);
+        if (rc == 0)
+            rc = read_index(in->objects[k].name, data, len, &refs, &n, &cap);
+        free(data);
+    }
+    if (rc == 0 && n > 0)
+        qsort(refs, n, sizeof(*refs), cmp_ref);
+    for (size_t i = 0; i < n && rc == 0;) {
+        size_t j = i + 1;
+        while (j < n && refs[j].id == refs[i].id)
+            j++;
+        rc = write_manifest(io, refs + i, j - i);
+        i = j;
+    }
+    if (rc == 0)
+        cnx_stage_add_voxels(io, cnx_box_voxels(&task->roi));
+    free(refs);
+    return rc;
+}
+
+const cnx_stage cnx_stage_mesh_manifest = {
+    .name = "mesh-manifest",
+    .kernel_version = CNX_MESH_VERSION,
+    .run = run_manifest,
+    .ctx = NULL,
+    .help = "Writes each segment's Neuroglancer legacy mesh manifest\n"
+            "mesh/<id>:0 (one task per region): input role \"index\" lists\n"
+            "the mesh stage's mesh_index/<scale>/<chunk> documents; a\n"
+            "manifest names the segment's fragments in chunk order.\n"
+            "Parameters: {}.",
+};
