@@ -398,6 +398,8 @@ static int add_edge(edges *es, uint64_t a, uint64_t b, uint64_t v, uint64_t n)
 static void merge_edges(edges *es, size_t from)
 {
     size_t w = from;
+    if (es->n <= from)
+        return;
     qsort(es->e + from, es->n - from, sizeof(*es->e), cmp_edge);
     for (size_t i = from; i < es->n; i++) {
         if (w > from && cmp_edge(&es->e[w - 1], &es->e[i]) == 0) {
