@@ -158,7 +158,7 @@ echo
 echo "== cnx-reprocess --workflow segmentation --request demo-seg --wait"
 set +e
 "$bin/cnx-reprocess" --brokers "$boot" --workflow segmentation --workflows "$root/workflows" \
-  --dataset "file://$out/synth" --deadline 24h --request demo-seg --wait \
+  --dataset "file://$out/synth" --roi "$roi" --deadline 24h --request demo-seg --wait \
   --timeout 900 2>&1 | tee "$out/demo-seg.txt"
 rc3=${PIPESTATUS[0]}
 set -e
@@ -237,12 +237,14 @@ echo "$verified of $nenv envelopes verify (openssl pkeyutl -verify -rawin over t
 
 echo
 echo "== segmentation/v1 against the ground truth (acceptance/seg_check.py: numpy + scikit-image)"
+pysci=python3 # Debian's, with numpy and scikit-image (scripts/setup.sh installs them)
+[ -x /usr/bin/python3 ] && pysci=/usr/bin/python3
 seg_line="(not scored)"
 if [ "$rc3" -eq 0 ]; then
   sup=$root/build/tests/support
   "$sup/segjoin_tool" --layer "file://$out/synth/boundary" --halo 8 --whole "$out/seg-whole.u32" >/dev/null 2>&1 &&
   "$sup/segjoin_tool" --layer "file://$out/synth/boundary" --halo 8 --chunked "$out/seg-chunked.u64" >/dev/null 2>&1 &&
-  python3 acceptance/seg_check.py --data "$out/synth" --whole "$out/seg-whole.u32" \
+  "$pysci" acceptance/seg_check.py --data "$out/synth" --whole "$out/seg-whole.u32" \
     --chunked "$out/seg-chunked.u64" --report "$out/seg-report.json" | tee "$out/seg-check.txt" ||
     problems+=("seg_check.py: segmentation or meshes failed their checks")
   rm -f "$out/seg-whole.u32" "$out/seg-chunked.u64"
@@ -256,16 +258,17 @@ echo "== summary"
 awk -v a="$t0" -v b="$t_build" 'BEGIN{printf "%-26s %.1f s\n", "build (incl. install)", b-a}'
 while IFS=$'\t' read -r name secs; do printf '%-26s %s s\n' "$name" "$secs"; done <"$out/times.tsv"
 echo
-printf '%-16s %-9s %-13s %-24s %-8s %-13s %7s %11s\n' layer scale type encoding dtype size chunks bytes
-for info in $(find "$out" -name info -not -path '*/tiles/*' | sort); do
+printf '%-22s %-9s %-13s %-24s %-8s %-13s %7s %11s\n' layer scale type encoding dtype size chunks bytes
+for info in $(find "$out" -name info -not -path '*/tiles/*' -not -path '*/segment_properties/*' | sort); do
   dir=$(dirname "$info")
   python3 - "$info" "$dir" "$out" <<'PY'
 import json, os, sys
 info = json.load(open(sys.argv[1])); d = sys.argv[2]; out = sys.argv[3]
 for s in info["scales"]:
     files = os.listdir(os.path.join(d, s["key"]))
+    files = [f for f in files if os.path.isfile(os.path.join(d, s["key"], f))]
     size = sum(os.path.getsize(os.path.join(d, s["key"], f)) for f in files)
-    print("%-16s %-9s %-13s %-24s %-8s %-13s %7d %11d" % (os.path.relpath(d, out),
+    print("%-22s %-9s %-13s %-24s %-8s %-13s %7d %11d" % (os.path.relpath(d, out),
           s["key"], info["type"], s["encoding"], info["data_type"],
           "x".join(map(str, s["size"])), len(files), size))
 PY
