@@ -169,21 +169,6 @@ static int write_file(const char *path, const void *data, size_t len)
     return ok ? 0 : -1;
 }
 
-static void peer_path(char *buf, size_t n)
-{
-    const char *src = getenv("CNX_SOURCE");
-    if (src != NULL && src[0] != '\0') {
-        snprintf(buf, n, "%s/bench/downsample_peer.py", src);
-    } else {
-        /* Beside this source file (CMake passes absolute paths). */
-        const char *f = __FILE__;
-        const char *slash = strrchr(f, '/');
-        int dlen = slash != NULL ? (int)(slash - f) : 1;
-        snprintf(buf, n, "%.*s/downsample_peer.py", dlen,
-                 slash != NULL ? f : ".");
-    }
-}
-
 /*
  * Run the peer on in (and our output, for the comparison). It prints
  * "key value" lines: mvxs, differ, voxels.
@@ -200,7 +185,7 @@ static void run_peer(const char *what, const cnx_volume *in,
     int rc;
 
     cnx_box_size(&in->box, s);
-    peer_path(peer, sizeof(peer));
+    bench_peer_path(peer, sizeof(peer), "downsample_peer.py");
     if (access(peer, R_OK) != 0 || strchr(peer, '\'') != NULL) {
         printf("%s: peer FAILED (%s not readable)\n", what, peer);
         return;

@@ -226,47 +226,6 @@ static double mesh_volume(const cnx_mesh *m)
     return fabs(v / 6.0);
 }
 
-/* A .npy (format 1.0) of the labels, shape (z, y, x), little-endian u8. */
-static int write_npy(const char *path, const uint64_t *lab, const int64_t s[3])
-{
-    char hdr[128];
-    const size_t n = (size_t)(s[0] * s[1] * s[2]);
-    int len = snprintf(hdr + 10, sizeof(hdr) - 10,
-                       "{'descr': '<u8', 'fortran_order': False, "
-                       "'shape': (%lld, %lld, %lld), }",
-                       (long long)s[2], (long long)s[1], (long long)s[0]);
-    FILE *f;
-    int ok;
-    if (len < 0 || len > 100)
-        return -1;
-    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
-    while ((10 + len + 1) % 64 != 0)
-        hdr[10 + len++] = ' ';
-    hdr[10 + len++] = '\n';
-    hdr[8] = (char)(len & 0xff);
-    hdr[9] = (char)(len >> 8);
-    f = fopen(path, "wb");
-    if (f == NULL)
-        return -1;
-    ok = fwrite(hdr, 1, (size_t)(10 + len), f) == (size_t)(10 + len);
-    ok &= fwrite(lab, sizeof(*lab), n, f) == n;
-    ok &= fclose(f) == 0;
-    return ok ? 0 : -1;
-}
-
-static void peer_path(char *buf, size_t n)
-{
-    const char *src = getenv("CNX_SOURCE");
-    if (src != NULL && src[0] != '\0') {
-        snprintf(buf, n, "%s/bench/mesh_peer.py", src);
-    } else {
-        const char *f = __FILE__;
-        const char *slash = strrchr(f, '/');
-        int dlen = slash != NULL ? (int)(slash - f) : 1;
-        snprintf(buf, n, "%.*s/mesh_peer.py", dlen, slash != NULL ? f : ".");
-    }
-}
-
 typedef struct peer_result {
     double mesh_s, bbox_s, labels, tris;
     uint64_t check_id[NCHECK];
@@ -288,7 +247,7 @@ static int run_peer(const uint64_t *lab, const int64_t s[3],
     pr->mesh_s = -1.0;
     if (py == NULL || py[0] == '\0')
         py = "/usr/bin/python3";
-    peer_path(peer, sizeof(peer));
+    bench_peer_path(peer, sizeof(peer), "mesh_peer.py");
     if (access(peer, R_OK) != 0 || strchr(peer, '\'') != NULL ||
         strchr(py, '\'') != NULL) {
         printf("peer   : FAILED (%s not readable)\n", peer);
@@ -299,7 +258,7 @@ static int run_peer(const uint64_t *lab, const int64_t s[3],
         return -1;
     }
     snprintf(npy, sizeof(npy), "%s/labels.npy", dir);
-    if (write_npy(npy, lab, s) != 0) {
+    if (bench_write_npy(npy, lab, sizeof(*lab), "<u8", s) != 0) {
         printf("peer   : FAILED (cannot write %s)\n", npy);
         goto done;
     }

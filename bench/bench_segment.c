@@ -131,48 +131,6 @@ static int score(const input *in, const uint32_t *labels, cnx_seg_scores *sc)
     return rc == 0 ? 0 : -1;
 }
 
-/* A .npy (format 1.0) of the boundary, shape (z, y, x), uint8. */
-static int write_npy(const char *path, const input *in)
-{
-    char hdr[128];
-    const size_t n = (size_t)(in->size[0] * in->size[1] * in->size[2]);
-    int len = snprintf(hdr + 10, sizeof(hdr) - 10,
-                       "{'descr': '|u1', 'fortran_order': False, "
-                       "'shape': (%lld, %lld, %lld), }",
-                       (long long)in->size[2], (long long)in->size[1],
-                       (long long)in->size[0]);
-    FILE *f;
-    int ok;
-    if (len < 0 || len > 100)
-        return -1;
-    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
-    while ((10 + len + 1) % 64 != 0)
-        hdr[10 + len++] = ' ';
-    hdr[10 + len++] = '\n';
-    hdr[8] = (char)(len & 0xff);
-    hdr[9] = (char)(len >> 8);
-    f = fopen(path, "wb");
-    if (f == NULL)
-        return -1;
-    ok = fwrite(hdr, 1, (size_t)(10 + len), f) == (size_t)(10 + len);
-    ok &= fwrite(in->boundary, 1, n, f) == n;
-    ok &= fclose(f) == 0;
-    return ok ? 0 : -1;
-}
-
-static void peer_path(char *buf, size_t n)
-{
-    const char *src = getenv("CNX_SOURCE");
-    if (src != NULL && src[0] != '\0') {
-        snprintf(buf, n, "%s/bench/segment_peer.py", src);
-    } else {
-        const char *f = __FILE__;
-        const char *slash = strrchr(f, '/');
-        int dlen = slash != NULL ? (int)(slash - f) : 1;
-        snprintf(buf, n, "%.*s/segment_peer.py", dlen, slash != NULL ? f : ".");
-    }
-}
-
 /* Read n uint32 labels from path; 0 or -1. */
 static int read_labels(const char *path, uint32_t *labels, size_t n)
 {
@@ -196,7 +154,7 @@ static int run_peer(const input *in, double *secs, uint32_t *labels)
     *secs = -1.0;
     if (py == NULL || py[0] == '\0')
         py = "/usr/bin/python3";
-    peer_path(peer, sizeof(peer));
+    bench_peer_path(peer, sizeof(peer), "segment_peer.py");
     if (access(peer, R_OK) != 0 || strchr(peer, '\'') != NULL ||
         strchr(py, '\'') != NULL) {
         printf("peer   : FAILED (%s not readable)\n", peer);
@@ -208,7 +166,7 @@ static int run_peer(const input *in, double *secs, uint32_t *labels)
     }
     snprintf(npy, sizeof(npy), "%s/boundary.npy", dir);
     snprintf(out, sizeof(out), "%s/labels.raw", dir);
-    if (write_npy(npy, in) != 0) {
+    if (bench_write_npy(npy, in->boundary, 1, "|u1", in->size) != 0) {
         printf("peer   : FAILED (cannot write %s)\n", npy);
         goto done;
     }

@@ -59,4 +59,52 @@ static inline double bench_openssl_sha256_mbs(void)
     return k ? strtod(k + 1, NULL) / 1000.0 : 0.0;
 }
 
+/* The path of a peer script: $CNX_SOURCE/bench/<name>, else beside the
+ * bench's source file (CMake passes absolute paths). */
+#define bench_peer_path(buf, n, name) bench_peer_path_(buf, n, name, __FILE__)
+static inline void bench_peer_path_(char *buf, size_t n, const char *name,
+                                    const char *file)
+{
+    const char *src = getenv("CNX_SOURCE");
+    if (src != NULL && src[0] != '\0') {
+        snprintf(buf, n, "%s/bench/%s", src, name);
+    } else {
+        const char *slash = strrchr(file, '/');
+        int dlen = slash != NULL ? (int)(slash - file) : 1;
+        snprintf(buf, n, "%.*s/%s", dlen, slash != NULL ? file : ".", name);
+    }
+}
+
+/* A .npy (format 1.0) of a 3-D array of s[0]*s[1]*s[2] elements of `elem`
+ * bytes, x fastest, stored with shape (z, y, x); descr e.g. "|u1", "<u8". */
+static inline int bench_write_npy(const char *path, const void *data,
+                                  size_t elem, const char *descr,
+                                  const int64_t s[3])
+{
+    char hdr[128];
+    const size_t n = (size_t)(s[0] * s[1] * s[2]);
+    int len = snprintf(hdr + 10, sizeof(hdr) - 10,
+                       "{'descr': '%s', 'fortran_order': False, "
+                       "'shape': (%lld, %lld, %lld), }",
+                       descr, (long long)s[2], (long long)s[1],
+                       (long long)s[0]);
+    FILE *f;
+    int ok;
+    if (len < 0 || len > 100)
+        return -1;
+    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
+    while ((10 + len + 1) % 64 != 0)
+        hdr[10 + len++] = ' ';
+    hdr[10 + len++] = '\n';
+    hdr[8] = (char)(len & 0xff);
+    hdr[9] = (char)(len >> 8);
+    f = fopen(path, "wb");
+    if (f == NULL)
+        return -1;
+    ok = fwrite(hdr, 1, (size_t)(10 + len), f) == (size_t)(10 + len);
+    ok &= fwrite(data, elem, n, f) == n;
+    ok &= fclose(f) == 0;
+    return ok ? 0 : -1;
+}
+
 #endif
