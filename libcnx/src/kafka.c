@@ -611,6 +611,37 @@ done:
     return 0;
 }
 
+/*
+ * Leave the group before closing: unsubscribe, then poll (dropping what
+ * arrives: nothing is committed, so it is redelivered) until the revoke
+ * has gone through the rebalance callback, for at most 10 s. librdkafka
+ * before 2.4 can hang for ever in rd_kafka_consumer_close() when a
+ * cooperative rebalance callback runs while the consumer is closing
+ * (confluentinc/librdkafka#4527, seen in test_kafka's teardown); with no
+ * assignment left, close has nothing to revoke.
+ */
+static void leave_group(rd_kafka_t *rk)
+{
+    double until = cnx_now() + 10.0;
+    if (rd_kafka_unsubscribe(rk) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return;
+    while (cnx_now() < until) {
+        rd_kafka_topic_partition_list_t *parts = NULL;
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 50);
+        int left = 1;
+        if (m != NULL)
+            rd_kafka_message_destroy(m);
+        if (rd_kafka_assignment(rk, &parts) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            left = parts->cnt;
+            rd_kafka_topic_partition_list_destroy(parts);
+        }
+        if (left == 0)
+            return;
+    }
+    CNX_WARN("kafka", "consumer still assigned 10 s after unsubscribing; "
+                      "closing anyway");
+}
+
 void cnx_consumer_free(cnx_consumer *consumer)
 {
     rd_kafka_resp_err_t err;
@@ -619,6 +650,7 @@ void cnx_consumer_free(cnx_consumer *consumer)
     if (consumer->rk != NULL) {
         /* Revokes the assignment through the rebalance callback; no commit
          * (auto commit is off), so unfinished work is redelivered. */
+        leave_group(consumer->rk);
         err = rd_kafka_consumer_close(consumer->rk);
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
             CNX_WARN("kafka", "consumer close: %s", rd_kafka_err2str(err));
