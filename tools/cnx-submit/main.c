@@ -19,7 +19,9 @@
 #include "cnx/error.h"
 #include "cnx/kafka.h"
 #include "cnx/lineage.h"
+#include "cnx/mesh.h"
 #include "cnx/precomputed.h"
+#include "cnx/segment.h"
 #include "cnx/submit.h"
 #include "cnx/task.h"
 
@@ -33,7 +35,7 @@ static void usage(FILE *out)
             "Publishes the tasks of one stage over a region of a layer.\n\n"
             "  --brokers LIST        Kafka bootstrap servers\n"
             "  --kafka-config FILE   extra librdkafka settings\n"
-            "  --stage NAME          stage (default downsample)\n"
+            "  --stage NAME          downsample (default), segment or mesh\n"
             "  --layer URL           input layer\n"
             "  --scale KEY           input scale (default: the first)\n"
             "  --output URL          output layer (default: the input layer)\n"
@@ -57,6 +59,31 @@ static int fail_usage(const char *what, const char *arg)
 {
     fprintf(stderr, PROG ": %s '%s' (see --help)\n", what, arg ? arg : "");
     return 2;
+}
+
+/* The output scale a stage writes by default: downsample the next mip of
+ * the input scale, the others the input scale itself. */
+static int default_output_scale(const cnx_submit_opts *o, char *buf,
+                                size_t n)
+{
+    cnx_layer *layer;
+    const cnx_layer_info *info;
+    cnx_scale next;
+    int s, rc = 0;
+    if (cnx_layer_open(&layer, o->layer) != 0)
+        return -1;
+    info = cnx_layer_get_info(layer);
+    s = o->scale ? cnx_info_find_scale(info, o->scale) : 0;
+    if (s < 0)
+        rc = cnx_error_set(CNX_EINVAL, 0, "no scale '%s'", o->scale);
+    else if (strcmp(o->stage, "downsample") != 0)
+        snprintf(buf, n, "%s", info->scales[s].key);
+    else if (cnx_downsample_next_scale(&info->scales[s], &next) == 0)
+        snprintf(buf, n, "%s", next.key);
+    else
+        rc = -1;
+    cnx_layer_free(layer);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -175,32 +202,29 @@ int main(int argc, char **argv)
         o.deadline = deadline;
     }
     if (strcmp(o.stage, "downsample") == 0) {
-        cnx_layer *layer;
         o.input_role = "source";
         o.kernel_version = CNX_DOWNSAMPLE_VERSION;
         if (!halo_set)
             o.halo = 0;
-        if (o.output_scale == NULL) {
-            cnx_scale next;
-            const cnx_layer_info *info;
-            int s;
-            if (cnx_layer_open(&layer, o.layer) != 0)
-                goto runtime;
-            info = cnx_layer_get_info(layer);
-            s = o.scale ? cnx_info_find_scale(info, o.scale) : 0;
-            if (s < 0 ||
-                cnx_downsample_next_scale(&info->scales[s], &next) != 0) {
-                if (s < 0)
-                    cnx_error_set(CNX_EINVAL, 0, "no scale '%s'", o.scale);
-                cnx_layer_free(layer);
-                goto runtime;
-            }
-            snprintf(oscale, sizeof(oscale), "%s", next.key);
-            o.output_scale = oscale;
-            cnx_layer_free(layer);
-        }
+    } else if (strcmp(o.stage, "segment") == 0) {
+        o.input_role = "boundary";
+        o.kernel_version = CNX_SEGMENT_VERSION;
+        if (!halo_set)
+            o.halo = 2;
+    } else if (strcmp(o.stage, "mesh") == 0) {
+        o.input_role = "segmentation";
+        o.kernel_version = CNX_MESH_VERSION;
+        if (!halo_set)
+            o.halo = 1;
     } else {
-        return fail_usage("no task planner for stage", o.stage);
+        return fail_usage("no task planner for stage (downsample, segment, "
+                          "mesh)",
+                          o.stage);
+    }
+    if (o.output_scale == NULL) {
+        if (default_output_scale(&o, oscale, sizeof(oscale)) != 0)
+            goto runtime;
+        o.output_scale = oscale;
     }
     if (cnx_submit_plan(&o, &tasks, &ntasks) != 0)
         goto runtime;
