@@ -16,17 +16,28 @@
 #include "cnx/log.h"
 #include "cnx/worker.h"
 
+/* How --help names the command: "cnx-<stage>", or what
+ * cnx_worker_main_multi sets ("cnx-mesh --stage mesh-manifest"). */
+static char command_name[128];
+
+static const char *command(const cnx_stage *stage)
+{
+    if (command_name[0] == '\0')
+        snprintf(command_name, sizeof(command_name), "cnx-%s", stage->name);
+    return command_name;
+}
+
 static int usage_error(const cnx_stage *stage, const char *what,
                        const char *arg)
 {
-    fprintf(stderr, "cnx-%s: %s '%s' (see --help)\n", stage->name, what,
+    fprintf(stderr, "%s: %s '%s' (see --help)\n", command(stage), what,
             arg ? arg : "");
     return 2;
 }
 
 static void help(const cnx_stage *stage)
 {
-    printf("usage: cnx-%s --brokers LIST --key FILE [options]\n\n"
+    printf("usage: %s --brokers LIST --key FILE [options]\n\n"
            "%s\n\n"
            "Consumes cnx.tasks.%s.urgent, then cnx.tasks.%s; for each task\n"
            "checks its inputs' digests, runs the stage, writes the outputs\n"
@@ -55,7 +66,7 @@ static void help(const cnx_stage *stage)
            "  -q, --quiet             log warnings and errors only\n"
            "  --version               print the build (commit, dirty flag)\n"
            "  --help                  this text\n",
-           stage->name, stage->help ? stage->help : "", stage->name,
+           command(stage), stage->help ? stage->help : "", stage->name,
            stage->name, stage->name);
 }
 
@@ -240,8 +251,11 @@ int cnx_worker_main_multi(const char *prog, const cnx_stage *const *stages,
         return cnx_worker_main(stages[0], argc, argv);
     }
     for (size_t i = 0; i < n; i++)
-        if (strcmp(stages[i]->name, name) == 0)
+        if (strcmp(stages[i]->name, name) == 0) {
+            snprintf(command_name, sizeof(command_name), "%s --stage %s",
+                     prog, name);
             return cnx_worker_main(stages[i], argc, argv);
+        }
     fprintf(stderr, "%s: --stage: no stage '%.64s' (see --help)\n", prog,
             name);
     return 2;
