@@ -49,6 +49,7 @@ struct cnx_producer {
 struct cnx_consumer {
     rd_kafka_t *rk;
     int paused; /* partitions assigned while paused are paused too */
+    int member; /* subscribed as a group member (not a reader) */
 };
 
 /* ---- configuration ---------------------------------------------------- */
@@ -594,6 +595,7 @@ int cnx_consumer_new(cnx_consumer **out, const cnx_kafka_opts *opts,
     for (i = 0; i < ntopics; i++)
         rd_kafka_topic_partition_list_add(subs, topics[i],
                                           RD_KAFKA_PARTITION_UA);
+    consumer->member = 1;
     err = rd_kafka_subscribe(consumer->rk, subs);
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
         rc = cnx_error_set(CNX_EINVAL, 0, "kafka subscribe (%s ...): %s",
@@ -650,7 +652,8 @@ void cnx_consumer_free(cnx_consumer *consumer)
     if (consumer->rk != NULL) {
         /* Revokes the assignment through the rebalance callback; no commit
          * (auto commit is off), so unfinished work is redelivered. */
-        leave_group(consumer->rk);
+        if (consumer->member)
+            leave_group(consumer->rk);
         err = rd_kafka_consumer_close(consumer->rk);
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
             CNX_WARN("kafka", "consumer close: %s", rd_kafka_err2str(err));
