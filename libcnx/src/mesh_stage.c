@@ -142,9 +142,8 @@ static int run_mesh(void *ctx, const cnx_task *task, cnx_stage_io *io)
     if (rc != 0)
         return rc;
     memset(&b, 0, sizeof(b));
+    bounds = cnx_grid_bounds(&grid);
     for (int i = 0; i < 3; i++) {
-        bounds.min[i] = grid.offset[i];
-        bounds.max[i] = grid.offset[i] + grid.size[i];
         rbox.min[i] = task->roi.min[i];
         rbox.max[i] = cnx_imin(task->roi.max[i] + 1, bounds.max[i]);
         b.cells.min[i] = task->roi.min[i] - (task->roi.min[i] == bounds.min[i]);

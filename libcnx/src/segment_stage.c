@@ -121,10 +121,7 @@ static int run_fragments(void *ctx, const cnx_task *task, cnx_stage_io *io)
     rc = cnx__stage_one_chunk(task, &grid, "segment");
     if (rc != 0)
         return rc;
-    for (int i = 0; i < 3; i++) {
-        bounds.min[i] = grid.offset[i];
-        bounds.max[i] = grid.offset[i] + grid.size[i];
-    }
+    bounds = cnx_grid_bounds(&grid);
     bbox = cnx_box_grow(&task->roi, task->halo, &bounds);
     rc = cnx_stage_read(io, "boundary", &bbox, &in);
     if (rc == 0)

@@ -133,12 +133,11 @@ static void put_face(buf *b, int f, const cnx_box *roi, const uint64_t *labels,
                      const float *boundary, const cnx_box *bbox)
 {
     int a = f / 2, u, v;
-    int64_t g[3], nruns = 0, n, run = 0;
+    int64_t g[3], nruns = 0, run = 0;
     uint64_t cur = 0;
     size_t at;
     face_axes(a, &u, &v);
     g[a] = f % 2 ? roi->max[a] - 1 : roi->min[a];
-    n = (roi->max[u] - roi->min[u]) * (roi->max[v] - roi->min[v]);
     at = b->len;
     put_u64(b, 0); /* run count, patched below */
     for (g[v] = roi->min[v]; g[v] < roi->max[v]; g[v]++)
@@ -168,7 +167,6 @@ static void put_face(buf *b, int f, const cnx_box *roi, const uint64_t *labels,
                 boundary[box_index(bbox, g)]);
             put(b, &q, 1);
         }
-    (void)n;
 }
 
 static int box_ok(const cnx_box *b)
