@@ -40,12 +40,9 @@ start_controller() { # extra controller args...
   PIDS+=($CPID)
 }
 
-WORKERS=()
 start_workers() { # tag, extra worker args...
   local tag=$1; shift
-  for w in "${WORKERS[@]:-}"; do [ -n "$w" ] && kill -TERM "$w" 2>/dev/null || true; done
-  for w in "${WORKERS[@]:-}"; do [ -n "$w" ] && wait "$w" 2>/dev/null || true; done
-  WORKERS=()
+  stop_workers
   for i in 1 2; do
     start_worker "w-$tag-$i" "$@"
     WORKERS+=($WPID)
@@ -61,10 +58,6 @@ reprocess() { # request id, extra args... ; JSON summary in $WORK/<id>.json
     >"$WORK/$id.json" 2>"$WORK/$id.err"
   RC=$?
   set -e
-}
-
-jq_py() { # file, python expression over d -> prints it
-  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
 }
 
 sql() { "$PY" -c 'import sqlite3, sys

@@ -73,3 +73,22 @@ wait_for() { # seconds, command: poll until the command succeeds
   done
   return 1
 }
+
+WORKERS=()
+start_stage_worker() { # binary, stage, instance: one worker of a multi-stage binary
+  CNX_LOG=${CNX_WORKER_LOG:-info} "$BIN/$1" --stage "$2" --brokers "$BOOT" \
+    --key "$KEY" --instance "$3" --session-timeout-ms 6000 $DIRTY \
+    >>"$WORK/$3.log" 2>&1 &
+  WORKERS+=($!)
+  PIDS+=($!)
+}
+
+stop_workers() { # SIGTERM every worker start_stage_worker started, and wait
+  for w in "${WORKERS[@]:-}"; do [ -n "$w" ] && kill -TERM "$w" 2>/dev/null || true; done
+  for w in "${WORKERS[@]:-}"; do [ -n "$w" ] && wait "$w" 2>/dev/null || true; done
+  WORKERS=()
+}
+
+jq_py() { # file, python expression over d (the parsed JSON)
+  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
+}

@@ -1,7 +1,7 @@
 """Checks a segmentation run from its files, with numpy and scikit-image
 only (no cnx code): the layers are read as Neuroglancer precomputed
-(compressed_segmentation decoded by tests/py/cseg_ref.py, written from the
-format description), meshes as legacy fragments.
+(tests/py/layer_ref.py; compressed_segmentation decoded by
+tests/py/cseg_ref.py, written from the format description), meshes as legacy fragments.
 
     seg_check.py --data DIR --whole FILE --chunked FILE [--report FILE]
 
@@ -30,8 +30,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "py"))
-import cseg_ref  # noqa: E402
 import metrics_ref  # noqa: E402
+from layer_ref import read_layer  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--data", required=True)
@@ -47,31 +47,6 @@ def check(what, ok):
     global failed
     print(("ok: " if ok else "FAILED: ") + what)
     failed += not ok
-
-
-def read_layer(path):
-    """The first scale of a precomputed layer as an array (z, y, x)."""
-    info = json.load(open(os.path.join(path, "info")))
-    sc = info["scales"][0]
-    dtype = np.dtype(info["data_type"]).newbyteorder("<")
-    sx, sy, sz = sc["size"]
-    ox, oy, oz = sc["voxel_offset"]
-    cx, cy, cz = sc["chunk_sizes"][0]
-    out = np.zeros((sz, sy, sx), dtype=dtype)
-    for z in range(0, sz, cz):
-        for y in range(0, sy, cy):
-            for x in range(0, sx, cx):
-                ex, ey, ez = min(cx, sx - x), min(cy, sy - y), min(cz, sz - z)
-                name = "%d-%d_%d-%d_%d-%d" % (ox + x, ox + x + ex, oy + y,
-                                              oy + y + ey, oz + z, oz + z + ez)
-                data = open(os.path.join(path, sc["key"], name), "rb").read()
-                if sc["encoding"] == "compressed_segmentation":
-                    blk = cseg_ref.decode(data, dtype, (ex, ey, ez),
-                                          sc["compressed_segmentation_block_size"])[0]
-                else:
-                    blk = np.frombuffer(data, dtype=dtype).reshape(ez, ey, ex)
-                out[z:z + ez, y:y + ey, x:x + ex] = blk
-    return info, out
 
 
 seg_dir = os.path.join(a.data, "segmentation", "v1")

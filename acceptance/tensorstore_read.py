@@ -18,35 +18,11 @@ import tensorstore as ts
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "tests", "py"))
-import cseg_ref  # noqa: E402  (independent numpy codec)
+from layer_ref import read_layer  # noqa: E402  (numpy, independent codec)
 
 
 def numpy_read(layer):
-    info = json.load(open(os.path.join(layer, "info")))
-    s = info["scales"][0]
-    sx, sy, sz = s["size"]
-    ox, oy, oz = s.get("voxel_offset", [0, 0, 0])
-    cx, cy, cz = s["chunk_sizes"][0]
-    nc = info["num_channels"]
-    dt = np.dtype(info["data_type"]).newbyteorder("<")
-    vol = np.zeros((nc, sz, sy, sx), dtype=dt)
-    for z0 in range(0, sz, cz):
-        for y0 in range(0, sy, cy):
-            for x0 in range(0, sx, cx):
-                x1, y1, z1 = min(x0 + cx, sx), min(y0 + cy, sy), min(z0 + cz, sz)
-                name = "%d-%d_%d-%d_%d-%d" % (x0 + ox, x1 + ox, y0 + oy, y1 + oy, z0 + oz, z1 + oz)
-                data = open(os.path.join(layer, s["key"], name), "rb").read()
-                shape = (nc, z1 - z0, y1 - y0, x1 - x0)
-                if s["encoding"] == "raw":
-                    block = np.frombuffer(data, dtype=dt).reshape(shape)
-                else:
-                    block = cseg_ref.decode(
-                        data, np.dtype(info["data_type"]),
-                        (x1 - x0, y1 - y0, z1 - z0),
-                        tuple(s["compressed_segmentation_block_size"]), nc)
-                    block = block.astype(dt).reshape(shape)
-                vol[:, z0:z1, y0:y1, x0:x1] = block
-    return info, vol
+    return read_layer(layer, channels=True)
 
 
 def main(layers):

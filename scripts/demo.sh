@@ -12,11 +12,15 @@
 #    the synthetic image into pyramid/v1) over the region, then over the
 #    same region again: the second run must report every repeated task
 #    bit-identical (exit 0);
-#  - `cnx-reprocess --workflow segmentation --wait`: neurons from the
-#    synthetic boundary map in 128^3 chunks (fragments, the join across
-#    chunk faces, relabelling; cnx-segment) and their meshes (cnx-mesh),
-#    scored against the ground truth with numpy and scikit-image
-#    (acceptance/seg_check.py: VI, the whole-volume run, closed meshes);
+#  - `cnx-reprocess --workflow pipeline --wait`: the recorded tile set
+#    stitched section by section (cnx-montage), neurons from the synthetic
+#    boundary map in 128^3 chunks (fragments, the join across chunk faces,
+#    relabelling; cnx-segment), their synapses and connectivity
+#    (cnx-synapses) and meshes (cnx-mesh), scored against the ground truth
+#    with numpy, Pillow, scipy and scikit-image (acceptance/montage_check.py:
+#    tile positions, residuals, seams; acceptance/seg_check.py: VI, the
+#    whole-volume run, closed meshes; acceptance/syn_check.py: synaptic
+#    partners, CREMI matching);
 #  - the ledger read with the sqlite3 shell (requests, the stage_costs
 #    view), checked independently (acceptance/ledger_check.py: Python's
 #    sqlite3 and hashlib), and every signed manifest stored in it
@@ -79,7 +83,7 @@ step() { # name, command...
 
 # ---- the Kafka stack, started first: the workers' consumer group settles
 # while the data is made.
-echo "== start cnx-broker, cnx-controller (ledger), two cnx-downsample workers and the cnx-segment / cnx-mesh workers"
+echo "== start cnx-broker, cnx-controller (ledger), two cnx-downsample workers and the cnx-montage / cnx-segment / cnx-synapses / cnx-mesh workers"
 s=$(date +%s.%N)
 ledger=$out/ledger.db
 "$bin/cnx-keygen" --out "$out/keys" >/dev/null
@@ -107,8 +111,10 @@ for i in 1 2; do
     2>>"$out/workers.log" &
   pids+=($!)
 done
-for st in segment segment segment-join segment-relabel mesh mesh-manifest; do
-  case $st in mesh*) exe=cnx-mesh ;; *) exe=cnx-segment ;; esac
+for st in montage montage segment segment segment-join segment-relabel mesh mesh-manifest \
+  synapses synapse-edges; do
+  case $st in mesh*) exe=cnx-mesh ;; montage) exe=cnx-montage ;; syn*) exe=cnx-synapses ;;
+    *) exe=cnx-segment ;; esac
   "$bin/$exe" --stage "$st" --brokers "$boot" --key "$out/keys/cnx.key" \
     --instance "demo-$st-${#pids[@]}" --session-timeout-ms 6000 $dirty --quiet \
     2>>"$out/workers.log" &
@@ -119,7 +125,7 @@ echo "broker $boot; ledger $ledger; trusted key $out/trust/demo-workers.pub;" \
 printf '%s\t%s\n' "start the Kafka stack" "$(elapsed "$s")" >>"$out/times.tsv"
 
 step "synthesise $shape" "$bin/cnx-synth" --out "$out/synth" --shape "$shape" --seed 1
-step "record tile set" "$bin/cnx-ingest" --tiles "$out/synth/tiles/tiles.json" --out "$out/tiles/v1"
+step "record tile set" "$bin/cnx-ingest" --tiles "$out/synth/tiles/tiles.json" --out "$out/synth/tileset"
 if [ -d "$shared/data/isbi2012" ]; then
   step "ingest ISBI image" "$bin/cnx-ingest" --out "$out/isbi/image" --resolution 4,4,50 \
     "$shared"/data/isbi2012/image/*.png
@@ -152,18 +158,18 @@ reprocess demo-run2
 rc2=$rc
 [ "$rc2" -eq 0 ] || problems+=("second cnx-reprocess exited $rc2 (0: every repeated task bit-identical)")
 
-# The segmentation workflow over the whole synthetic volume.
+# The whole pipeline over the region: montage, segmentation, synapses, meshes.
 s=$(date +%s.%N)
 echo
-echo "== cnx-reprocess --workflow segmentation --request demo-seg --wait"
+echo "== cnx-reprocess --workflow pipeline --request demo-seg --wait"
 set +e
-"$bin/cnx-reprocess" --brokers "$boot" --workflow segmentation --workflows "$root/workflows" \
+"$bin/cnx-reprocess" --brokers "$boot" --workflow pipeline --workflows "$root/workflows" \
   --dataset "file://$out/synth" --roi "$roi" --deadline 24h --request demo-seg --wait \
   --timeout 900 2>&1 | tee "$out/demo-seg.txt"
 rc3=${PIPESTATUS[0]}
 set -e
 printf '%s\t%s\n' "reprocess demo-seg" "$(elapsed "$s")" >>"$out/times.tsv"
-[ "$rc3" -eq 0 ] || problems+=("segmentation cnx-reprocess exited $rc3")
+[ "$rc3" -eq 0 ] || problems+=("pipeline cnx-reprocess exited $rc3")
 
 # Metrics while the processes still run, then stop them all.
 scrape() { # port, metric line pattern -> the sum of the matching samples
@@ -252,6 +258,25 @@ if [ "$rc3" -eq 0 ]; then
 print("VI split %.3f, merge %.3f, adapted Rand error %.3f against gt (whole-volume run: %.3f, %.3f); %d segments, %d meshes in %d fragments" % (d["vi_split"], d["vi_merge"], d["are"], d["whole_vi_split"], d["whole_vi_merge"], d["segments"], d["meshes"], d["fragments"]))' "$out/seg-report.json" 2>/dev/null || echo "(no report)")
 fi
 
+echo
+echo "== stitched/v1 against the tile set's truth (acceptance/montage_check.py: numpy + Pillow)"
+mont_line="(not scored)"
+syn_line="(not scored)"
+if [ "$rc3" -eq 0 ]; then
+  "$pysci" acceptance/montage_check.py --tiles "$out/synth/tileset/tiles.json" \
+    --truth "$out/synth/tiles/truth.json" --layer "$out/synth/stitched/v1" \
+    --image "$out/synth/image" --report "$out/montage-report.json" | tee "$out/montage-check.txt" ||
+    problems+=("montage_check.py: the montage failed its checks")
+  mont_line=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
+print("%d sections, %d tiles: position error max %.3f px, median pair residual %.3f px, seam steps %.1f%% -> %.2f%% of the mean (max)" % (d["sections"], d["tiles"], d["position_error_max"], d["residual_median"], 100 * d["step_before_max"], 100 * d["step_after_max"]))' "$out/montage-report.json" 2>/dev/null || echo "(no report)")
+  echo
+  echo "== synapses on segmentation/v1 against gt-synapses.json (acceptance/syn_check.py: numpy + scipy)"
+  "$pysci" acceptance/syn_check.py --gt "$out/synth/gt-synapses.json" --gt-seg "$out/synth/gt" \
+    --pred "$out/synth/segmentation/v1/synapses" | tee "$out/syn-check.txt" ||
+    problems+=("syn_check.py: the synapse tables could not be scored")
+  syn_line=$(sed -n 's/^partners (CREMI, 400 nm): //p' "$out/syn-check.txt")
+fi
+
 # ---- summary ------------------------------------------------------------------
 echo
 echo "== summary"
@@ -276,11 +301,13 @@ done
 if [ -f "$out/synth/gt-synapses.json" ]; then
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); s=d if isinstance(d,list) else d.get('synapses',[]); print('ground-truth synapses: %d' % len(s))" "$out/synth/gt-synapses.json"
 fi
-python3 -c "import json,sys; t=json.load(open(sys.argv[1])); print('tile set: %d sections, %d tiles, each recorded with its sha256' % (len(t['sections']), sum(len(s['tiles']) for s in t['sections'])))" "$out/tiles/v1/tiles.json"
+python3 -c "import json,sys; t=json.load(open(sys.argv[1])); print('tile set: %d sections, %d tiles, each recorded with its sha256' % (len(t['sections']), sum(len(s['tiles']) for s in t['sections'])))" "$out/synth/tileset/tiles.json"
 sed -n 's/^request \(demo-run[12]\): done in [^(]*(\([^)]*\)).*$/\1: done in \2/p' "$out"/demo-run*.txt | tr '\n' ';' |
   sed 's/;$/\n/; s/;/; /g' | sed 's/^/reprocess pyramid: /'
 echo "second run: $identical of $repeated repeated tasks bit-identical (cnx-reprocess exit $rc2)"
+echo "montage: $mont_line"
 echo "segmentation: $seg_line"
+echo "synapses: $syn_line"
 echo "manifests: $verified of $nenv verified with the openssl CLI alone; ledger checked independently for $ledger_ok of 3 requests"
 echo "worker metrics: $w_metrics"
 echo "controller metrics: ${c_metrics:-(none)}"
@@ -297,7 +324,7 @@ def digest(root, skip=()):
             n += 1
     return n, h.hexdigest()
 root = sys.argv[1]
-made = [os.path.join(root, d) for d in ("pyramid", "fragments", "segmentation")]
+made = [os.path.join(root, d) for d in ("pyramid", "fragments", "segmentation", "stitched")]
 print("synthetic dataset digest (%d files): sha256:%s" % digest(root, set(made)))
 for d in made:
     if os.path.isdir(d):

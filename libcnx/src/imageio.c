@@ -12,16 +12,20 @@
  * time, up to 65536 pixels a side. Thread-safe: no shared mutable state
  * (libtiff's process-wide handlers are silenced once, before first use).
  */
+#define _GNU_SOURCE /* memfd_create */
 #include "cnx/imageio.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <png.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <tiffio.h>
 #include <zlib.h>
 
@@ -736,6 +740,54 @@ int cnx_image_read(cnx_image **out, const char *path)
         fclose(fp);
         return tiff_read_file(out, &fmt, path, 0);
     }
+}
+
+/*
+ * The decoders read files (libpng through stdio, libtiff by path), so a
+ * buffer becomes an anonymous in-memory file, read through its
+ * /proc/self/fd path: one decoding path for files and buffers.
+ */
+int cnx_image_decode(cnx_image **out, const void *data, size_t len,
+                     const char *what)
+{
+    const uint8_t *p = data;
+    char path[64];
+    size_t done = 0;
+    int fd, rc;
+
+    *out = NULL;
+    fd = memfd_create("cnx-image", MFD_CLOEXEC);
+    if (fd < 0)
+        return cnx_error_set(CNX_EIO, 1, "%s: cannot make an in-memory file: %s",
+                             what, strerror(errno));
+    while (done < len) {
+        ssize_t n = write(fd, p + done, len - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            rc = cnx_error_set(CNX_EIO, 1, "%s: in-memory file: %s", what,
+                               strerror(errno));
+            close(fd);
+            return rc;
+        }
+        done += (size_t)n;
+    }
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    rc = cnx_image_read(out, path);
+    close(fd);
+    if (rc != 0) {
+        const cnx_error *e = cnx_error_last();
+        const char *msg = e->message;
+        size_t n = strlen(path);
+        char text[sizeof(e->message)];
+        if (strncmp(msg, path, n) == 0 && msg[n] == ':')
+            msg += n + 1;
+        while (*msg == ' ')
+            msg++;
+        snprintf(text, sizeof(text), "%s", msg);
+        rc = cnx_error_set(rc, e->retriable, "%s: %s", what, text);
+    }
+    return rc;
 }
 
 int cnx_image_probe(const char *path, int64_t *width, int64_t *height,

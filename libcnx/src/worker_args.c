@@ -182,7 +182,9 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
     return 0;
 }
 
-int cnx_worker_main(const cnx_stage *stage, int argc, char **argv)
+static const char *take_stage(int *argc, char **argv, int *bad);
+
+static int worker_main(const cnx_stage *stage, int argc, char **argv)
 {
     cnx_worker_opts opts;
     int rc = cnx_worker_parse_args(&opts, stage, argc, argv);
@@ -191,6 +193,18 @@ int cnx_worker_main(const cnx_stage *stage, int argc, char **argv)
     if (rc != 0)
         return rc;
     return cnx_worker_run(stage, &opts);
+}
+
+/* A one-stage worker also takes "--stage <its stage>", so that scripts
+ * start every worker the same way. */
+int cnx_worker_main(const cnx_stage *stage, int argc, char **argv)
+{
+    int bad = 0;
+    const char *name = take_stage(&argc, argv, &bad);
+    if (bad || (name != NULL && strcmp(name, stage->name) != 0))
+        return usage_error(stage, "--stage: this worker runs only",
+                           stage->name);
+    return worker_main(stage, argc, argv);
 }
 
 /* The value of --stage NAME / --stage=NAME, removed from argv; NULL if
@@ -248,13 +262,13 @@ int cnx_worker_main_multi(const char *prog, const cnx_stage *const *stages,
                 help_multi(prog, stages, n);
                 return 0;
             }
-        return cnx_worker_main(stages[0], argc, argv);
+        return worker_main(stages[0], argc, argv);
     }
     for (size_t i = 0; i < n; i++)
         if (strcmp(stages[i]->name, name) == 0) {
             snprintf(command_name, sizeof(command_name), "%s --stage %s",
                      prog, name);
-            return cnx_worker_main(stages[i], argc, argv);
+            return worker_main(stages[i], argc, argv);
         }
     fprintf(stderr, "%s: --stage: no stage '%.64s' (see --help)\n", prog,
             name);

@@ -11,7 +11,10 @@
 
 struct cnx_stage_io {
     const cnx_task *task;
-    cnx_layer *inputs[CNX_TASK_MAX_INPUTS]; /* by task input index */
+    cnx_layer *inputs[CNX_TASK_MAX_INPUTS]; /* by task input index; NULL
+                                             * for a store without info
+                                             * (a tile set) */
+    cnx_store *stores[CNX_TASK_MAX_INPUTS]; /* by task input index */
     cnx_layer *output;
     int output_scale;
     cnx_object_list read;    /* "<input layer url>/<object>" + digest */

@@ -25,7 +25,17 @@ int cnx__stage_io_init(cnx_stage_io *io, const cnx_task *task)
     cnx_object_list_init(&io->read);
     cnx_object_list_init(&io->written);
     for (size_t i = 0; i < task->ninputs; i++) {
-        rc = cnx_layer_open(&io->inputs[i], task->inputs[i].layer);
+        /* An input is a store; it is also a layer when it has an info
+         * (a tile set has none and is read with cnx_stage_get). */
+        rc = cnx_store_open(&io->stores[i], task->inputs[i].layer);
+        if (rc == 0)
+            rc = cnx_layer_open(&io->inputs[i], task->inputs[i].layer);
+        if (rc == CNX_ENOTFOUND) {
+            int exists = 1;
+            rc = cnx_store_exists(io->stores[i], "info", &exists);
+            if (rc == 0 && exists)
+                rc = cnx_layer_open(&io->inputs[i], task->inputs[i].layer);
+        }
         if (rc != 0)
             return cnx_error_wrap("input %s", task->inputs[i].role);
     }
@@ -39,8 +49,10 @@ int cnx__stage_io_init(cnx_stage_io *io, const cnx_task *task)
 
 void cnx__stage_io_dispose(cnx_stage_io *io)
 {
-    for (size_t i = 0; i < CNX_TASK_MAX_INPUTS; i++)
+    for (size_t i = 0; i < CNX_TASK_MAX_INPUTS; i++) {
         cnx_layer_free(io->inputs[i]);
+        cnx_store_free(io->stores[i]);
+    }
     cnx_layer_free(io->output);
     cnx_object_list_dispose(&io->read);
     cnx_object_list_dispose(&io->written);
@@ -101,6 +113,10 @@ int cnx_stage_read(cnx_stage_io *io, const char *role, const cnx_box *box,
     *out = NULL;
     if (in == NULL || i < 0)
         return cnx_error_set(CNX_ESCHEMA, 0, "task has no input '%s'", role);
+    if (io->inputs[i] == NULL)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "input %s: %s is not a layer (no info)", role,
+                             in->layer);
     info = cnx_layer_get_info(io->inputs[i]);
     s = cnx_info_find_scale(info, in->scale);
     if (s < 0)
@@ -152,30 +168,22 @@ int cnx_stage_read(cnx_stage_io *io, const char *role, const cnx_box *box,
     return rc;
 }
 
-int cnx_stage_get(cnx_stage_io *io, const char *role, const char *name,
-                  size_t max_len, uint8_t **data, size_t *len)
+/* Read name from input i, checked against want, and record it. */
+static int get_checked(cnx_stage_io *io, int i, const char *name,
+                       const char *want, size_t max_len, uint8_t **data,
+                       size_t *len)
 {
-    const cnx_task_input *in = cnx_task_input_get(io->task, role);
-    const char *want = cnx_task_expected(io->task, role, name);
-    int i = input_index(io, role);
+    const cnx_task_input *in = &io->task->inputs[i];
     char full[sizeof(io->read.items[0].name)];
     double t0 = cnx_now();
     int rc, n;
 
     *data = NULL;
     *len = 0;
-    if (in == NULL || i < 0)
-        return cnx_error_set(CNX_ESCHEMA, 0, "task has no input '%s'", role);
-    if (want == NULL)
-        return cnx_error_set(CNX_ESCHEMA, 0,
-                             "input %s: object %s is read but not listed in "
-                             "the task",
-                             role, name);
     n = snprintf(full, sizeof(full), "%s/%s", in->layer, name);
     if (n < 0 || (size_t)n >= sizeof(full))
         return cnx_error_set(CNX_ERANGE, 0, "input name too long: %s", name);
-    rc = cnx_store_get_verified(cnx_layer_store(io->inputs[i]), name, want,
-                                max_len, data, len);
+    rc = cnx_store_get_verified(io->stores[i], name, want, max_len, data, len);
     if (rc == 0)
         rc = cnx_object_list_add(&io->read, full, want);
     if (rc == 0)
@@ -187,6 +195,41 @@ int cnx_stage_get(cnx_stage_io *io, const char *role, const char *name,
         *len = 0;
     }
     return rc;
+}
+
+int cnx_stage_get(cnx_stage_io *io, const char *role, const char *name,
+                  size_t max_len, uint8_t **data, size_t *len)
+{
+    const char *want = cnx_task_expected(io->task, role, name);
+    int i = input_index(io, role);
+
+    *data = NULL;
+    *len = 0;
+    if (i < 0)
+        return cnx_error_set(CNX_ESCHEMA, 0, "task has no input '%s'", role);
+    if (want == NULL)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "input %s: object %s is read but not listed in "
+                             "the task",
+                             role, name);
+    return get_checked(io, i, name, want, max_len, data, len);
+}
+
+int cnx_stage_get_expect(cnx_stage_io *io, const char *role, const char *name,
+                         const char *digest, size_t max_len, uint8_t **data,
+                         size_t *len)
+{
+    int i = input_index(io, role);
+    *data = NULL;
+    *len = 0;
+    if (i < 0)
+        return cnx_error_set(CNX_ESCHEMA, 0, "task has no input '%s'", role);
+    if (digest == NULL || !cnx_digest_valid(digest))
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "input %s: object %s: no valid digest to check "
+                             "it against",
+                             role, name);
+    return get_checked(io, i, name, digest, max_len, data, len);
 }
 
 int cnx_stage_write(cnx_stage_io *io, const cnx_volume *vol)

@@ -158,7 +158,7 @@ static int parse_input(raw_stage *rs, size_t k, const char *role,
                        const json_t *v, const char *spath)
 {
     static const char *const keys[] = {"layer", "scale", "stage", "objects",
-                                       NULL};
+                                       "tileset", NULL};
     cnx_wf_input *in = &rs->st.inputs[k];
     char path[160], sub[192];
     const char *s;
@@ -170,8 +170,8 @@ static int parse_input(raw_stage *rs, size_t k, const char *role,
     snprintf(in->role, sizeof(in->role), "%s", role);
     in->stage = -1;
     if (!json_is_object(v))
-        return bad(path, "must be an object {\"layer\": ...} or "
-                         "{\"stage\": ...}");
+        return bad(path, "must be an object {\"layer\": ...}, "
+                         "{\"tileset\": ...} or {\"stage\": ...}");
     rc = cnx__json_only_keys(v, keys, CNX_ESCHEMA, path);
     if (rc != 0)
         return cnx_error_wrap("workflow");
@@ -201,11 +201,26 @@ static int parse_input(raw_stage *rs, size_t k, const char *role,
     if (json_object_get(v, "objects") != NULL)
         return bad(path, "\"objects\" names a side output of a stage: it "
                          "needs \"stage\", not \"layer\"");
+    if (json_object_get(v, "tileset") != NULL) {
+        if (json_object_get(v, "layer") != NULL ||
+            json_object_get(v, "scale") != NULL)
+            return bad(path, "a tile set input takes only \"tileset\" (the "
+                             "directory holding tiles.json), not \"layer\" "
+                             "or \"scale\"");
+        snprintf(sub, sizeof(sub), "%s.tileset", path);
+        s = get_string(v, "tileset", sub, 1, &rc);
+        if (rc == 0)
+            rc = check_path(s, sub, 0);
+        if (rc == 0)
+            rc = dup_into(&in->layer, s);
+        in->tileset = 1;
+        return rc;
+    }
     snprintf(sub, sizeof(sub), "%s.layer", path);
     s = get_string(v, "layer", sub, 1, &rc);
     if (rc != 0) {
         if (json_object_get(v, "layer") == NULL)
-            return bad(path, "needs \"layer\" or \"stage\"");
+            return bad(path, "needs \"layer\", \"tileset\" or \"stage\"");
         return rc;
     }
     rc = check_path(s, sub, 0);

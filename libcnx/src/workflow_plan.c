@@ -26,7 +26,9 @@
 
 #include "cnx/downsample.h"
 #include "cnx/error.h"
+#include "cnx/store.h"
 #include "cnx/task.h"
+#include "cnx/tileset.h"
 #include "json_int.h"
 
 /* The cells of one stage along one axis: intervals ascending, disjoint
@@ -187,8 +189,22 @@ static int rule_same(const cnx_scale *in, cnx_scale *out, int64_t factor[3],
     return 0;
 }
 
+/* montage: the stitched sections on the tile set's geometry, in chunks of
+ * at most 256 x 256 pixels of one section each. */
+static int rule_montage(const cnx_scale *in, cnx_scale *out, int64_t factor[3],
+                        const char *stage)
+{
+    int rc = rule_same(in, out, factor, stage);
+    out->chunk[0] = cnx_imin(in->chunk[0], 256);
+    out->chunk[1] = cnx_imin(in->chunk[1], 256);
+    out->chunk[2] = 1;
+    out->encoding = CNX_ENC_RAW;
+    return rc;
+}
+
 static const worker_rule worker_rules[] = {
     {"downsample", rule_downsample, 1},
+    {"montage", rule_montage, 0},
 };
 
 static const worker_rule default_rule = {NULL, rule_same, 0};
@@ -251,6 +267,76 @@ static int layer_url(char dst[2048], const char *dataset, const char *path)
     return 0;
 }
 
+/*
+ * The geometry a tile set stands for: one image scale whose xy extent is
+ * the box of every section's nominal tile rectangles grown by the largest
+ * nominal error a tile set allows (docs/tiles.md), so that the solved
+ * positions fall inside it, whose z extent runs from the first section to
+ * the last, and whose "chunk" is one whole section: a task reads the tile
+ * set a section at a time.
+ */
+static int tileset_geometry(cnx_plan_external *out, const char *url)
+{
+    const int64_t m = CNX_TILESET_MAX_ERROR;
+    cnx_store *store = NULL;
+    cnx_tileset *ts = NULL;
+    uint8_t *text = NULL;
+    size_t len = 0;
+    int64_t lo[3] = {INT64_MAX, INT64_MAX, INT64_MAX};
+    int64_t hi[3] = {INT64_MIN, INT64_MIN, INT64_MIN}, size[3], chunk[3];
+    cnx_layer_info info;
+    int rc = cnx_store_open(&store, url);
+
+    if (rc == 0)
+        rc = cnx_store_get(store, CNX_TILESET_NAME, CNX_TILESET_MAX_JSON,
+                           &text, &len);
+    if (rc == 0)
+        rc = cnx_tileset_parse(&ts, (const char *)text, len, CNX_TILESET_NAME,
+                               CNX_TILESET_MAX_ERROR);
+    cnx_store_free(store);
+    free(text);
+    if (rc != 0)
+        return rc;
+    for (size_t s = 0; s < ts->nsections; s++) {
+        const cnx_tile_section *sec = &ts->sections[s];
+        lo[2] = cnx_imin(lo[2], sec->z);
+        hi[2] = cnx_imax(hi[2], sec->z + 1);
+        for (size_t t = 0; t < sec->ntiles; t++) {
+            const cnx_tile *tl = &sec->tiles[t];
+            if (tl->sha256[0] == '\0') {
+                rc = cnx_error_set(CNX_ESCHEMA, 0,
+                                   "tile %s has no sha256: not a recorded "
+                                   "tile set (record it with cnx-ingest "
+                                   "--tiles)",
+                                   tl->id);
+                cnx_tileset_free(ts);
+                return rc;
+            }
+            lo[0] = cnx_imin(lo[0], tl->x);
+            lo[1] = cnx_imin(lo[1], tl->y);
+            hi[0] = cnx_imax(hi[0], tl->x + tl->width);
+            hi[1] = cnx_imax(hi[1], tl->y + tl->height);
+        }
+    }
+    lo[0] -= m;
+    lo[1] -= m;
+    hi[0] += m;
+    hi[1] += m;
+    for (int i = 0; i < 3; i++) {
+        size[i] = hi[i] - lo[i];
+        chunk[i] = i < 2 ? size[i] : 1;
+    }
+    cnx_info_init(&info, CNX_LAYER_IMAGE, ts->dtype, size, ts->resolution,
+                  chunk);
+    memcpy(info.scales[0].voxel_offset, lo, sizeof(lo));
+    out->type = CNX_LAYER_IMAGE;
+    out->dtype = ts->dtype;
+    out->channels = 1;
+    out->scale = info.scales[0];
+    cnx_tileset_free(ts);
+    return 0;
+}
+
 int cnx_plan_read_externals(cnx_plan_external **ext, size_t *next,
                             const cnx_workflow *wf, const char *dataset)
 {
@@ -279,6 +365,23 @@ int cnx_plan_read_externals(cnx_plan_external **ext, size_t *next,
         rc = layer_url(url, base, in->layer);
         if (rc != 0)
             goto done;
+        if (in->tileset) {
+            char why[sizeof(cnx_error_last()->message)];
+            rc = tileset_geometry(&out[e], url);
+            snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
+            if (rc != 0 && rc != CNX_EIO)
+                rc = cnx_error_set(CNX_ESCHEMA, 0,
+                                   "workflow %s: stage %s: input %s: tile "
+                                   "set '%.128s' in %s: %s",
+                                   wf->name, st->name, in->role, in->layer,
+                                   base, why);
+            else if (rc != 0)
+                cnx_error_wrap("workflow %s: stage %s: input %s", wf->name,
+                               st->name, in->role);
+            if (rc != 0)
+                goto done;
+            continue;
+        }
         rc = cnx_layer_open(&layer, url);
         if (rc != 0) {
             char why[sizeof(cnx_error_last()->message)];
@@ -459,6 +562,7 @@ static int derive_geometry(cnx_plan *p, const cnx_plan_external *ext)
             int64_t channels;
             snprintf(pi->role, sizeof(pi->role), "%s", wi->role);
             snprintf(pi->objects, sizeof(pi->objects), "%s", wi->objects);
+            pi->tileset = wi->tileset;
             if (wi->stage < 0) {
                 const cnx_plan_external *x = &ext[e++];
                 rc = layer_url(pi->layer, p->dataset, wi->layer);
@@ -1192,6 +1296,20 @@ static int task_inputs(const cnx_plan *p, size_t t, cnx_plan_lookup_fn lookup,
                           in->scale.key, "objects", objects);
         if (entry == NULL || json_object_set_new(inputs, in->role, entry))
             return nomem();
+        if (in->tileset) {
+            /* The tile set document only: it names every tile with its
+             * digest, and the worker checks each tile it reads. */
+            char digest[CNX_DIGEST_LEN];
+            int rc = lookup(ctx, in->role, in->layer, CNX_TILESET_NAME,
+                            digest);
+            if (rc != 0)
+                return rc;
+            digest[CNX_DIGEST_LEN - 1] = '\0';
+            if (json_object_set_new(objects, CNX_TILESET_NAME,
+                                    json_string(digest)) != 0)
+                return nomem();
+            continue;
+        }
         if (n > CNX_TASK_MAX_OBJECTS)
             return cnx_error_set(CNX_ESCHEMA, 0,
                                  "workflow %s: stage %s: a task would read "

@@ -33,6 +33,16 @@ typedef struct cnx_image {
  */
 int cnx_image_read(cnx_image **out, const char *path);
 
+/**
+ * Decode a PNG or TIFF held in memory (a tile read from a store and checked
+ * against its digest), as cnx_image_read does a file. Messages name what
+ * instead of a path.
+ * @param[out] out  caller frees with cnx_image_free()
+ * @return as cnx_image_read; CNX_EIO if no in-memory file can be made.
+ */
+int cnx_image_decode(cnx_image **out, const void *data, size_t len,
+                     const char *what);
+
 /** Read only the width, height and bit depth of a PNG or TIFF file. */
 int cnx_image_probe(const char *path, int64_t *width, int64_t *height,
                     int *bits);

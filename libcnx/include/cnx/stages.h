@@ -46,6 +46,25 @@ extern const cnx_stage cnx_stage_segment_relabel;
 extern const cnx_stage cnx_stage_mesh;
 extern const cnx_stage cnx_stage_mesh_manifest;
 
+/**
+ * montage: one section per task (task_size [1, 1, 1], halo 0) from input
+ * role "tiles", a recorded tile set (cnx/montage.h, docs/montage.md):
+ * tiles.json is listed in the task, each tile read is checked against its
+ * sha256 there. Writes the stitched section into the output image layer
+ * and the report montage/<scale>/<section box>.
+ */
+extern const cnx_stage cnx_stage_montage;
+
+/**
+ * synapses, synapse-edges (cnx/synapse.h, docs/synapses.md). synapses:
+ * roles "cleft", "psd" (uint8) and "segmentation" (uint64) on one grid, one
+ * chunk per task with a halo wider than any cleft; writes the clefts the
+ * chunk owns, synapses/<scale>/<chunk> (JSON lines). synapse-edges: role
+ * "tables" (every chunk's table); writes connectivity/<scale>/<region>.
+ */
+extern const cnx_stage cnx_stage_synapses;
+extern const cnx_stage cnx_stage_synapse_edges;
+
 #ifdef __cplusplus
 }
 #endif

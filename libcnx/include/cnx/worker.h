@@ -61,7 +61,20 @@ int cnx_stage_read(cnx_stage_io *io, const char *role, const cnx_box *box,
 int cnx_stage_get(cnx_stage_io *io, const char *role, const char *name,
                   size_t max_len, uint8_t **data, size_t *len);
 
-/** The input layer of role, opened (borrowed; NULL if no such role). */
+/**
+ * Read one object of input role that the task does not list, checked
+ * against a digest the stage took from a document it read with
+ * cnx_stage_get (a tile named with its sha256 by a tile set), so the chain
+ * from the task's digests to every byte read stays unbroken. Recorded for
+ * the manifest like any other read.
+ * @return as cnx_stage_get; CNX_ESCHEMA if digest is not "sha256:<hex>".
+ */
+int cnx_stage_get_expect(cnx_stage_io *io, const char *role, const char *name,
+                         const char *digest, size_t max_len, uint8_t **data,
+                         size_t *len);
+
+/** The input layer of role, opened (borrowed; NULL if no such role, or if
+ * the input is a store without info, such as a tile set). */
 cnx_layer *cnx_stage_input_layer(cnx_stage_io *io, const char *role);
 
 /** The task's output layer, opened (borrowed), e.g. to add a scale. */

@@ -47,6 +47,8 @@ typedef struct cnx_wf_input {
     int stage;   /* index of the producing stage, or -1 */
     char objects[33]; /* from a stage: "" reads its chunks; "dir" reads
                        * its side objects dir/<chunk box> instead */
+    int tileset;      /* 1: layer is a directory holding a recorded tile
+                       * set, tiles.json (docs/tiles.md), not a layer */
 } cnx_wf_input;
 
 typedef struct cnx_wf_stage {
@@ -163,6 +165,7 @@ int cnx_plan_externals_from_json(cnx_plan_external **ext, size_t *next,
 typedef struct cnx_plan_input {
     char role[64];
     char objects[33]; /* "" for chunks, else the side objects' directory */
+    int tileset;      /* 1: a tile set directory; the task lists tiles.json */
     char layer[2048]; /* URL */
     cnx_scale scale;  /* the scale read */
 } cnx_plan_input;

@@ -11,7 +11,9 @@
  */
 #include "cnx_test.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <sys/stat.h>
 
 #include "cnx/error.h"
 #include "cnx/precomputed.h"
@@ -386,7 +388,7 @@ static void test_workflow__refusals_name_the_problem(void **state)
 static void test_workflow__schema_agrees(void **state)
 {
     const char *py = getenv("CNX_PYTHON") ? getenv("CNX_PYTHON") : "python3";
-    char dir[64], path[128], cmd[1024];
+    char dir[64], path[128], cmd[2048];
     FILE *f;
     int rc;
     (void)state;
@@ -410,9 +412,11 @@ static void test_workflow__schema_agrees(void **state)
              "%s %s/tests/unit/workflow/schema_check.py %s/schemas/"
              "workflow.schema.json %s/valid.jsonl %s/invalid.jsonl "
              "%s/workflows/pyramid.json %s/workflows/pyramid3.json "
-             "%s/workflows/segmentation.json",
+             "%s/workflows/segmentation.json %s/workflows/montage.json "
+             "%s/workflows/pipeline.json %s/workflows/synapses-gt.json",
              py, source_dir(), source_dir(), dir, dir, source_dir(),
-             source_dir(), source_dir());
+             source_dir(), source_dir(), source_dir(), source_dir(),
+             source_dir());
     rc = system(cmd);
     cnx_test_rmtree(dir);
     assert_int_equal(rc, 0);
@@ -1352,6 +1356,160 @@ static void test_workflow__objects_and_parts_refused(void **state)
         fail_msg("%s", msg);
 }
 
+/* A recorded tile set of nz sections of 2 x 2 tiles of 160 px, nominally
+ * 110 px apart, the first tile 5 px left of the origin; with_digests 0
+ * leaves the sha256 out (a tile set as the microscope wrote it). */
+static void write_tileset(const char *dir, int nz, int with_digests)
+{
+    char path[256];
+    FILE *f;
+    snprintf(path, sizeof(path), "%s/data/tileset", dir);
+    assert_int_equal(mkdir(path, 0755) == 0 || errno == EEXIST, 1);
+    snprintf(path, sizeof(path), "%s/data/tileset/tiles.json", dir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"format\":\"cnx.tileset/1\",\"resolution\":[8,8,8],"
+               "\"dtype\":\"uint8\",\"sections\":[");
+    for (int z = 0; z < nz; z++) {
+        fprintf(f, "%s{\"z\":%d,\"tiles\":[", z ? "," : "", z);
+        for (int t = 0; t < 4; t++)
+            fprintf(f,
+                    "%s{\"id\":\"z%d-%d\",\"file\":\"tiles/z%d/%d.png\","
+                    "\"x\":%d,\"y\":%d,\"width\":160,\"height\":160%s}",
+                    t ? "," : "", z, t, z, t, (t % 2) * 110 - (t == 0) * 5,
+                    (t / 2) * 110,
+                    with_digests ? ",\"sha256\":\"sha256:"
+                                   "0000000000000000000000000000000000000000"
+                                   "000000000000000000000000\""
+                                 : "");
+        fprintf(f, "]}");
+    }
+    fprintf(f, "]}");
+    fclose(f);
+}
+
+static void test_workflow__pipeline_with_a_tile_set(void **state)
+{
+    const int64_t size[3] = {256, 256, 4}, chunk[3] = {128, 128, 128};
+    static const char *const layers[] = {"boundary", "cleft", "psd"};
+    char dir[64], data[160], url[256], ns[96];
+    cnx_workflow *wf = load_file("workflows/pipeline.json");
+    struct lookups l = {0, 0};
+    cnx_plan *p = NULL;
+    cnx_layer *layer = NULL;
+    cnx_task *task = NULL;
+    const cnx_scale *sc;
+    char *json = NULL;
+    int mont, syn, conn;
+    (void)state;
+    cnx_test_tmpdir(dir);
+    dataset_in(dir, data, sizeof(data));
+    for (int i = 0; i < 3; i++) {
+        snprintf(url, sizeof(url), "%s/%s", data, layers[i]);
+        make_layer(url, size, 8, chunk, NULL);
+    }
+    /* Without digests the tile set is refused: tiles could not be
+     * checked. */
+    write_tileset(dir, 4, 0);
+    assert_int_equal(cnx_plan_new(&p, wf, data, NULL), CNX_ESCHEMA);
+    if (strstr(cnx_error_last()->message, "not a recorded tile set") == NULL ||
+        strstr(cnx_error_last()->message, "input tiles") == NULL)
+        fail_msg("%s", cnx_error_last()->message);
+    write_tileset(dir, 4, 1);
+    if (cnx_plan_new(&p, wf, data, NULL) != 0)
+        fail_msg("%s", cnx_error_last()->message);
+    mont = cnx_workflow_find_stage(wf, "montage");
+    syn = cnx_workflow_find_stage(wf, "synapses");
+    conn = cnx_workflow_find_stage(wf, "connectivity");
+    /* The tile set's geometry: the nominal box -5..270 x 0..270 grown by
+     * 25 px, one chunk per section; one montage task per section. */
+    sc = &p->stages[mont].in_scale;
+    assert_string_equal(sc->key, "8_8_8");
+    assert_int_equal(sc->voxel_offset[0], -30);
+    assert_int_equal(sc->voxel_offset[1], -25);
+    assert_int_equal(sc->voxel_offset[2], 0);
+    assert_int_equal(sc->size[0], 325);
+    assert_int_equal(sc->size[1], 320);
+    assert_int_equal(sc->size[2], 4);
+    assert_int_equal(sc->chunk[0], 325);
+    assert_int_equal(sc->chunk[2], 1);
+    assert_int_equal(p->stages[mont].count, 4);
+    assert_int_equal(p->stages[mont].out_scale.chunk[0], 256);
+    assert_int_equal(p->stages[mont].out_scale.chunk[1], 256);
+    assert_int_equal(p->stages[mont].out_scale.chunk[2], 1);
+    /* A montage task lists tiles.json only. */
+    assert_int_equal(cnx_plan_task_json(p, p->stages[mont].first + 2, "r",
+                                        "2030-01-02T03:04:05Z", 0,
+                                        fake_lookup, &l, &json),
+                     0);
+    assert_int_equal(cnx_task_parse(&task, json, strlen(json)), 0);
+    assert_int_equal(task->ninputs, 1);
+    assert_int_equal(task->inputs[0].nobjects, 1);
+    assert_string_equal(task->inputs[0].objects[0].name, "tiles.json");
+    assert_true(cnx_box_equal(&task->roi,
+                              &(cnx_box){{-30, -25, 2}, {295, 295, 3}}));
+    snprintf(url, sizeof(url), "%s/tileset", data);
+    assert_string_equal(task->inputs[0].layer, url);
+    cnx_task_free(task);
+    free(json);
+    /* Segmentation waits for every montage task; synapses read the
+     * relabelled chunks around theirs (halo 16: all four) and the
+     * connectivity every table. */
+    assert_int_equal(p->tasks[p->stages[1].first].ndeps, 4);
+    assert_int_equal(p->stages[syn].count, 4);
+    assert_int_equal(p->tasks[p->stages[syn].first].ndeps, 4);
+    assert_int_equal(p->tasks[p->stages[conn].first].ndeps, 4);
+    cnx_plan_namespace(p, (size_t)syn, ns, sizeof(ns));
+    assert_string_equal(ns, "8_8_8:synapses");
+    assert_int_equal(cnx_plan_task_json(p, p->stages[conn].first, "r",
+                                        "2030-01-02T03:04:05Z", 0,
+                                        fake_lookup, &l, &json),
+                     0);
+    assert_int_equal(cnx_task_parse(&task, json, strlen(json)), 0);
+    assert_int_equal(task->inputs[0].nobjects, 4);
+    assert_string_equal(task->inputs[0].objects[0].name,
+                        "synapses/8_8_8/0-128_0-128_0-4");
+    cnx_task_free(task);
+    free(json);
+    /* The stitched layer: the tile set's geometry in 256^2 x 1 chunks. */
+    if (cnx_plan_prepare_outputs(p) != 0)
+        fail_msg("%s", cnx_error_last()->message);
+    snprintf(url, sizeof(url), "%s/stitched/v1", data);
+    assert_int_equal(cnx_layer_open(&layer, url), 0);
+    assert_int_equal(cnx_layer_get_info(layer)->scales[0].voxel_offset[0], -30);
+    assert_int_equal(cnx_layer_get_info(layer)->scales[0].chunk[2], 1);
+    assert_int_equal(cnx_layer_get_info(layer)->dtype, CNX_DT_UINT8);
+    cnx_layer_free(layer);
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+    cnx_test_rmtree(dir);
+}
+
+static void test_workflow__tileset_input_refusals(void **state)
+{
+    cnx_workflow *wf = NULL;
+    const char *msg = cnx_error_last()->message;
+    const char *both =
+        "{\"schema\":\"cnx.workflow/1\",\"name\":\"w\",\"stages\":[{"
+        "\"name\":\"a\",\"worker\":\"montage\",\"kind\":\"map\","
+        "\"kernel_version\":1,\"inputs\":{\"t\":{\"tileset\":\"ts\","
+        "\"layer\":\"img\"}},\"output\":{\"layer\":\"o/v1\"}}]}";
+    const char *escape =
+        "{\"schema\":\"cnx.workflow/1\",\"name\":\"w\",\"stages\":[{"
+        "\"name\":\"a\",\"worker\":\"montage\",\"kind\":\"map\","
+        "\"kernel_version\":1,\"inputs\":{\"t\":{\"tileset\":\"../ts\"}},"
+        "\"output\":{\"layer\":\"o/v1\"}}]}";
+    (void)state;
+    assert_int_equal(cnx_workflow_parse(&wf, both, strlen(both)), CNX_ESCHEMA);
+    if (strstr(msg, "stages[0].inputs.t") == NULL ||
+        strstr(msg, "tile set input") == NULL)
+        fail_msg("%s", msg);
+    assert_int_equal(cnx_workflow_parse(&wf, escape, strlen(escape)),
+                     CNX_ESCHEMA);
+    if (strstr(msg, "inputs.t.tileset") == NULL)
+        fail_msg("%s", msg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1371,6 +1529,8 @@ int main(void)
         cmocka_unit_test(test_workflow__prepare_outputs),
         cmocka_unit_test(test_workflow__segmentation_side_objects_and_parts),
         cmocka_unit_test(test_workflow__objects_and_parts_refused),
+        cmocka_unit_test(test_workflow__pipeline_with_a_tile_set),
+        cmocka_unit_test(test_workflow__tileset_input_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

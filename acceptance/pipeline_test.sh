@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Montage and synapses on the real stack: broker, controller and a worker
+# per stage on this machine, a 256^3 cnx-synth dataset with its tile set
+# recorded by cnx-ingest, the `pipeline` workflow (montage -> segmentation
+# -> synapses and meshes) over the whole volume.
+#  1. the pipeline: done, one montage task per section; checked from the
+#     files by acceptance/montage_check.py (numpy + Pillow) against
+#     tiles/truth.json: every tile within 1 px of its true position (after
+#     the section's mean translation), median pair residual < 1 px,
+#     intensity steps across seams < 5% of the mean after normalisation,
+#     the stitched sections correlated with the true ones;
+#     the segmentation checked by acceptance/seg_check.py (numpy +
+#     scikit-image): VI split and merge <= 0.30 against gt (CREMI
+#     convention); the same kernel on the whole volume at once within 0.02
+#     of it; the workers' bytes equal to the one-process chunked method,
+#     itself the same for 1 and 2 threads and forward and reverse chunk
+#     order; segment_properties equal to the voxel counts; every mesh
+#     closed after joining fragments, its volume within 5% of the
+#     segment's voxels (segments of >= 1000 voxels off the volume's edge);
+#  2. synapses against gt-synapses.json by acceptance/syn_check.py (numpy +
+#     scipy, CREMI partner matching): on the ground-truth segmentation
+#     (workflow synapses-gt) precision, recall and partner accuracy >= 0.90;
+#     on our own segmentation (the pipeline's) the same figures, reported;
+#     the workers' tables equal the one-process kernel's, chunks forward
+#     and reverse;
+#  3. the pipeline again with other worker counts: every repeated task
+#     bit-identical;
+#  4. the ledger checked with Python's sqlite3 + hashlib and every manifest
+#     with openssl.
+source "$(dirname "$0")/lib.sh"
+DATA=$WORK/data
+SUPPORT=${CNX_SUPPORT:?}
+"$BIN/cnx-synth" --out "$DATA" --shape 256,256,256 --seed 7 --quiet
+"$BIN/cnx-ingest" --tiles "$DATA/tiles/tiles.json" --out "$DATA/tileset" -q >/dev/null
+start_broker 4
+make_key
+mkdir -p "$WORK/trust"
+cp "$PUB" "$WORK/trust/workers.pem"
+CNX_LOG=info "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/ledger.db" \
+  --trust "$WORK/trust" --progress 0.5 >>"$WORK/controller.log" 2>&1 &
+PIDS+=($!)
+
+start_pool() { # montage, fragment and synapse workers, tag
+  for i in $(seq "$1"); do start_stage_worker cnx-montage montage "montage-$2-$i"; done
+  for i in $(seq "$1"); do start_stage_worker cnx-segment segment "seg-$2-$i"; done
+  start_stage_worker cnx-segment segment-join "join-$2"
+  start_stage_worker cnx-segment segment-relabel "relabel-$2"
+  start_stage_worker cnx-mesh mesh "mesh-$2"
+  start_stage_worker cnx-mesh mesh-manifest "manifest-$2"
+  for i in $(seq "$1"); do start_stage_worker cnx-synapses synapses "syn-$2-$i"; done
+  start_stage_worker cnx-synapses synapse-edges "edges-$2"
+}
+reprocess() { # workflow, request id
+  set +e
+  "$BIN/cnx-reprocess" --brokers "$BOOT" --workflow "$1" \
+    --workflows "$SRC/workflows" --dataset "file://$DATA" \
+    --roi 0,0,0,256,256,256 --request "$2" --wait --json --timeout 800 \
+    >"$WORK/$2.json" 2>"$WORK/$2.err"
+  RC=$?
+  set -e
+}
+
+# 1. The pipeline, two montage, fragment and synapse workers.
+start_pool 2 a
+t0=$SECONDS
+reprocess pipeline pipe-first
+echo "pipeline: $((SECONDS - t0)) s"
+check "pipeline exits 0 (rc $RC)" [ "$RC" -eq 0 ]
+check "pipeline: 256 montage, 8+1+8 segmentation, 8+1 mesh, 8+1 synapse tasks done" \
+  [ "$(jq_py "$WORK/pipe-first.json" '[(s["stage"], s["done"]) for s in d["stages"]]')" = \
+    "[('montage', 256), ('fragments', 8), ('join', 1), ('relabel', 8), ('mesh', 8), ('meshes', 1), ('synapses', 8), ('connectivity', 1)]" ]
+check "montage against the truth (montage_check.py: numpy + Pillow)" \
+  "$PY" "$SRC/acceptance/montage_check.py" --tiles "$DATA/tileset/tiles.json" \
+  --truth "$DATA/tiles/truth.json" --layer "$DATA/stitched/v1" \
+  --image "$DATA/image" --report "$WORK/montage-report.json"
+# The segmentation: references computed in one process by the same kernels.
+seg() { "$SUPPORT/segjoin_tool" --layer "file://$DATA/boundary" --halo 8 "$@"; }
+seg --whole "$WORK/whole.u32" >"$WORK/whole.sha"
+seg --chunked "$WORK/chunked.u64" >"$WORK/chunked.sha"
+seg --chunked "$WORK/chunked-r2.u64" --threads 2 --reverse >"$WORK/chunked-r2.sha"
+check "one-process chunked segmentation: same bytes for 1 thread forward and 2 threads reverse" \
+  [ "$(cut -d' ' -f1 "$WORK/chunked.sha")" = "$(cut -d' ' -f1 "$WORK/chunked-r2.sha")" ]
+check "segmentation quality, seams, properties and meshes (seg_check.py: numpy + scikit-image)" \
+  "$PY" "$SRC/acceptance/seg_check.py" --data "$DATA" --whole "$WORK/whole.u32" \
+  --chunked "$WORK/chunked.u64" --report "$WORK/seg-report.json"
+
+# 2. Synapses on the ground truth and on our segmentation.
+reprocess synapses-gt syn-gt
+check "synapses-gt exits 0 (rc $RC)" [ "$RC" -eq 0 ]
+check "synapses on the gt segmentation: precision, recall, partner accuracy >= 0.90 (syn_check.py)" \
+  "$PY" "$SRC/acceptance/syn_check.py" --gt "$DATA/gt-synapses.json" \
+  --gt-seg "$DATA/gt" --pred "$DATA/gt-synapses/v1/synapses" \
+  --min-precision 0.9 --min-recall 0.9 --min-partner 0.9
+echo "synapses on our own segmentation (segmentation/v1):"
+check "synapses on our segmentation: scored (syn_check.py)" \
+  "$PY" "$SRC/acceptance/syn_check.py" --gt "$DATA/gt-synapses.json" \
+  --gt-seg "$DATA/gt" --pred "$DATA/segmentation/v1/synapses"
+check "connectivity: one line per (pre, post) pair, counts summing to the tables' synapses" \
+  "$PY" -c 'import json, os, sys
+root = sys.argv[1]
+syn = [json.loads(l) for dp, _, fs in os.walk(os.path.join(root, "synapses"))
+       for f in fs for l in open(os.path.join(dp, f))]
+edges = [json.loads(l) for dp, _, fs in os.walk(os.path.join(root, "connectivity"))
+         for f in fs for l in open(os.path.join(dp, f))]
+want = {}
+for s in syn:
+    if s["pre_id"] and s["post_id"]:
+        k = (s["pre_id"], s["post_id"])
+        want[k] = want.get(k, 0) + 1
+got = {(e["pre_id"], e["post_id"]): e["count"] for e in edges}
+assert got == want and len(got) == len(edges), (len(got), len(want))
+keys = [(e["pre_id"], e["post_id"]) for e in edges]
+assert keys == sorted(keys)
+print("  %d synapses, %d edges" % (len(syn), len(edges)))' "$DATA/segmentation/v1"
+# The workers' tables against the one-process kernel, chunk orders.
+syn_tool() { "$SUPPORT/synapse_tool" "$DATA" "$DATA/segmentation/v1" "$@" --halo 16 >/dev/null; }
+syn_tool "$WORK/tool-fwd"
+syn_tool "$WORK/tool-rev" --order reverse --threads 2
+same_tables() { # the workers' tables (no suffix) against a tool's chunks/*.jsonl
+  local f n=0
+  for f in "$DATA/segmentation/v1/synapses/8_8_8"/*; do
+    cmp -s "$f" "$1/chunks/$(basename "$f").jsonl" || return 1
+    n=$((n + 1))
+  done
+  [ "$n" -eq 8 ] && [ "$(ls "$1/chunks" | wc -l)" -eq 8 ]
+}
+check "synapse tables: the workers' == the one-process kernel's (forward, 1 thread)" same_tables "$WORK/tool-fwd"
+check "synapse tables: the workers' == the one-process kernel's (reverse, 2 threads)" same_tables "$WORK/tool-rev"
+
+# 3. Again, one worker per stage: bit-identical.
+stop_workers
+start_pool 1 b
+reprocess pipeline pipe-second
+check "second run exits 0 (rc $RC)" [ "$RC" -eq 0 ]
+check "second run: every repeated task bit-identical" "$PY" -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["repeated"] == 291 and d["identical"] == 291, (d["repeated"], d["identical"])
+assert not d["violations"], d["violations"]' "$WORK/pipe-second.json"
+stop_workers
+
+# 4. Ledger and signatures.
+mkdir -p "$WORK/env"
+check "ledger consistent (Python sqlite3 + hashlib)" \
+  "$PY" "$SRC/acceptance/ledger_check.py" "$WORK/ledger.db" pipe-first --envelopes "$WORK/env"
+check "every manifest verifies with openssl" \
+  bash "$SRC/acceptance/verify_openssl.sh" "$PUB" "$WORK"/env/*.json
+finish

@@ -1,0 +1,222 @@
+/*
+ * synapse_stage.c - the synapse stages (cnx/synapse.h, docs/synapses.md).
+ *
+ * "synapses" (map, one chunk per task, with a halo wider than any cleft):
+ * reads roles "cleft", "psd" and "segmentation" over the chunk grown by the
+ * halo, runs the kernel, and writes the clefts this chunk owns as a JSON
+ * lines table, synapses/<scale>/<chunk>. "synapse-edges" (reduce, one task
+ * per region): reads every table (role "tables") and writes the region's
+ * connectivity, connectivity/<scale>/<region>: one line per (pre, post)
+ * pair with its synapse count.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cnx/error.h"
+#include "cnx/stages.h"
+#include "cnx/synapse.h"
+#include "stage_int.h"
+
+#define TABLE_DIR "synapses"
+#define EDGES_DIR "connectivity"
+#define TABLE_MAX ((size_t)64 << 20)
+
+/* The grid of role's scale, checking its data type. */
+static int role_grid(cnx_stage_io *io, const cnx_task *task, const char *role,
+                     cnx_dtype dtype, cnx_grid *grid, double res[3])
+{
+    const cnx_task_input *in = cnx_task_input_get(task, role);
+    cnx_layer *layer = cnx_stage_input_layer(io, role);
+    const cnx_layer_info *info;
+    int s;
+    if (in == NULL || layer == NULL)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "synapses: inputs: needs role \"%s\" (a layer)",
+                             role);
+    info = cnx_layer_get_info(layer);
+    s = cnx_info_find_scale(info, in->scale);
+    if (s < 0)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "synapses: inputs.%s.scale: the layer has no "
+                             "scale '%.128s'",
+                             role, in->scale);
+    if (info->dtype != dtype || info->channels != 1)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "synapses: inputs.%s: must be one channel of %s, "
+                             "not %s",
+                             role, cnx_dtype_name(dtype),
+                             cnx_dtype_name(info->dtype));
+    *grid = cnx_info_grid(info, s);
+    memcpy(res, info->scales[s].resolution, 3 * sizeof(double));
+    return 0;
+}
+
+static int run_synapses(void *ctx, const cnx_task *task, cnx_stage_io *io)
+{
+    static const char *const roles[3] = {"cleft", "psd", "segmentation"};
+    static const cnx_dtype types[3] = {CNX_DT_UINT8, CNX_DT_UINT8,
+                                       CNX_DT_UINT64};
+    cnx_volume *vol[3] = {NULL, NULL, NULL};
+    cnx_synapse_params params;
+    cnx_synapse_stats stats;
+    cnx_synapse_block b;
+    cnx_synapse *syn = NULL;
+    cnx_grid grid[3];
+    cnx_box bounds, rbox;
+    double res[3][3];
+    char *table = NULL, name[512];
+    size_t n = 0, len = 0;
+    int rc = 0;
+
+    (void)ctx;
+    if (task->ninputs != 3)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "synapses: inputs: must be exactly the roles "
+                             "\"cleft\", \"psd\" and \"segmentation\"");
+    for (int r = 0; r < 3 && rc == 0; r++)
+        rc = role_grid(io, task, roles[r], types[r], &grid[r], res[r]);
+    if (rc != 0)
+        return rc;
+    for (int r = 1; r < 3; r++)
+        if (memcmp(&grid[r], &grid[0], sizeof(grid[0])) != 0 ||
+            memcmp(res[r], res[0], sizeof(res[0])) != 0)
+            return cnx_error_set(CNX_ESCHEMA, 0,
+                                 "synapses: inputs.%s: not on the grid of "
+                                 "inputs.cleft",
+                                 roles[r]);
+    rc = cnx_synapse_params_parse(task->parameters, &params);
+    if (rc == 0)
+        rc = cnx__stage_one_chunk(task, &grid[0], "synapses");
+    if (rc != 0)
+        return rc;
+    bounds = cnx_grid_bounds(&grid[0]);
+    rbox = cnx_box_grow(&task->roi, task->halo, &bounds);
+    for (int r = 0; r < 3 && rc == 0; r++)
+        rc = cnx_stage_read(io, roles[r], &rbox, &vol[r]);
+    if (rc == 0) {
+        memset(&b, 0, sizeof(b));
+        b.cleft = vol[0]->data;
+        b.psd = vol[1]->data;
+        b.seg = vol[2]->data;
+        for (int i = 0; i < 3; i++) {
+            b.origin[i] = rbox.min[i];
+            b.size[i] = rbox.max[i] - rbox.min[i];
+            b.resolution[i] = res[0][i];
+        }
+        b.own = task->roi;
+        b.bounds = bounds;
+        rc = cnx_synapse_detect(&b, &params, &syn, &n, &stats);
+    }
+    if (rc == 0)
+        rc = cnx_synapse_table_json(syn, n, res[0], &table, &len);
+    if (rc == 0)
+        rc = cnx_side_object_name(TABLE_DIR, task->output_scale, &task->roi,
+                                  name, sizeof(name));
+    if (rc == 0)
+        rc = cnx_stage_put(io, name, table, len);
+    if (rc == 0)
+        cnx_stage_add_voxels(io, cnx_box_voxels(&task->roi));
+    free(table);
+    free(syn);
+    for (int r = 0; r < 3; r++)
+        cnx_volume_free(vol[r]);
+    return rc;
+}
+
+const cnx_stage cnx_stage_synapses = {
+    .name = "synapses",
+    .kernel_version = CNX_SYNAPSE_VERSION,
+    .run = run_synapses,
+    .ctx = NULL,
+    .help = "Detects synapses in one chunk per task: connected components\n"
+            "of the thresholded \"cleft\" map, a site per cleft (distance-\n"
+            "transform maximum), the post-synaptic segment under the \"psd\"\n"
+            "map and the pre-synaptic one across the cleft, from role\n"
+            "\"segmentation\" (uint64). A cleft is reported by the one chunk\n"
+            "holding its first voxel; the halo must exceed the largest\n"
+            "cleft. Writes synapses/<scale>/<chunk> (JSON lines).\n"
+            "Parameters: {\"cleft_threshold\", \"psd_threshold\",\n"
+            "\"min_size\", \"partner_radius\"}. docs/synapses.md.",
+};
+
+/* ---- synapse-edges ------------------------------------------------------- */
+
+static int append(cnx_synapse **all, size_t *n, size_t *cap,
+                  const cnx_synapse *s, size_t k)
+{
+    if (*n + k > *cap) {
+        size_t c = *cap ? *cap : 1024;
+        cnx_synapse *p;
+        while (c < *n + k)
+            c *= 2;
+        p = realloc(*all, c * sizeof(*p));
+        if (p == NULL)
+            return cnx_error_set(CNX_ENOMEM, 0, "synapse-edges: out of memory");
+        *all = p;
+        *cap = c;
+    }
+    memcpy(*all + *n, s, k * sizeof(*s));
+    *n += k;
+    return 0;
+}
+
+static int run_edges(void *ctx, const cnx_task *task, cnx_stage_io *io)
+{
+    const cnx_task_input *in = cnx_task_input_get(task, "tables");
+    cnx_synapse *all = NULL;
+    cnx_synapse_edge *edges = NULL;
+    size_t n = 0, cap = 0, nedges = 0, len = 0;
+    char *text = NULL, name[512];
+    int rc = 0;
+
+    (void)ctx;
+    if (in == NULL || task->ninputs != 1)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "synapse-edges: inputs: must be exactly one "
+                             "role, \"tables\" (the synapse stage's tables)");
+    if (task->parameters != NULL && strcmp(task->parameters, "{}") != 0)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "synapse-edges: parameters: must be {}");
+    for (size_t k = 0; k < in->nobjects && rc == 0; k++) {
+        uint8_t *data = NULL;
+        cnx_synapse *s = NULL;
+        size_t dlen = 0, ns = 0;
+        rc = cnx_stage_get(io, "tables", in->objects[k].name, TABLE_MAX, &data,
+                           &dlen);
+        if (rc == 0)
+            rc = cnx_synapse_table_parse((const char *)data, dlen,
+                                         in->objects[k].name, &s, &ns);
+        if (rc == 0)
+            rc = append(&all, &n, &cap, s, ns);
+        free(s);
+        free(data);
+    }
+    if (rc == 0)
+        rc = cnx_synapse_edges(all, n, &edges, &nedges);
+    if (rc == 0)
+        rc = cnx_synapse_edges_json(edges, nedges, &text, &len);
+    if (rc == 0)
+        rc = cnx_side_object_name(EDGES_DIR, task->output_scale, &task->roi,
+                                  name, sizeof(name));
+    if (rc == 0)
+        rc = cnx_stage_put(io, name, text, len);
+    if (rc == 0)
+        cnx_stage_add_voxels(io, cnx_box_voxels(&task->roi));
+    free(text);
+    free(edges);
+    free(all);
+    return rc;
+}
+
+const cnx_stage cnx_stage_synapse_edges = {
+    .name = "synapse-edges",
+    .kernel_version = CNX_SYNAPSE_VERSION,
+    .run = run_edges,
+    .ctx = NULL,
+    .help = "Writes the connectivity of a region (one task per region):\n"
+            "input role \"tables\" lists the synapse stage's tables; the\n"
+            "output, connectivity/<scale>/<region>, has one JSON line per\n"
+            "(pre_id, post_id) pair with its synapse count, sorted.\n"
+            "Parameters: {}.",
+};
