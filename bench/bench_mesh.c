@@ -239,24 +239,14 @@ static int run_peer(const uint64_t *lab, const int64_t s[3],
 {
     char dir[] = "/tmp/bench_mesh_XXXXXX";
     char npy[96] = "", peer[1024], cmd[2048], line[512], list[256] = "";
-    const char *py = getenv("CNX_PYTHON");
+    const char *py;
     FILE *p;
     int rc = -1, st;
 
     memset(pr, 0, sizeof(*pr));
     pr->mesh_s = -1.0;
-    if (py == NULL || py[0] == '\0')
-        py = "/usr/bin/python3";
-    bench_peer_path(peer, sizeof(peer), "mesh_peer.py");
-    if (access(peer, R_OK) != 0 || strchr(peer, '\'') != NULL ||
-        strchr(py, '\'') != NULL) {
-        printf("peer   : FAILED (%s not readable)\n", peer);
+    if (bench_peer_setup(&py, peer, sizeof(peer), "mesh_peer.py", dir) != 0)
         return -1;
-    }
-    if (mkdtemp(dir) == NULL) {
-        printf("peer   : FAILED (no temporary directory)\n");
-        return -1;
-    }
     snprintf(npy, sizeof(npy), "%s/labels.npy", dir);
     if (bench_write_npy(npy, lab, sizeof(*lab), "<u8", s) != 0) {
         printf("peer   : FAILED (cannot write %s)\n", npy);

@@ -102,24 +102,14 @@ static void run_peer(const bpair *pairs, size_t n, int64_t S)
 {
     char dir[] = "/tmp/cnx-bench-montage-XXXXXX", npy[96], meta[96];
     char peer[1024], cmd[2048], line[512];
-    const char *py = getenv("CNX_PYTHON");
+    const char *py;
     int64_t wmax = 0, hmax = 0, shape[3];
     uint8_t *stack = NULL;
     FILE *f, *pp;
     int st;
 
-    if (py == NULL || py[0] == '\0')
-        py = "/usr/bin/python3";
-    bench_peer_path(peer, sizeof(peer), "montage_peer.py");
-    if (access(peer, R_OK) != 0 || strchr(peer, '\'') != NULL ||
-        strchr(py, '\'') != NULL) {
-        printf("peer   : FAILED (%s not readable)\n", peer);
+    if (bench_peer_setup(&py, peer, sizeof(peer), "montage_peer.py", dir) != 0)
         return;
-    }
-    if (mkdtemp(dir) == NULL) {
-        printf("peer   : FAILED (no temporary directory)\n");
-        return;
-    }
     snprintf(npy, sizeof(npy), "%s/strips.npy", dir);
     snprintf(meta, sizeof(meta), "%s/pairs.txt", dir);
     for (size_t k = 0; k < n; k++) {

@@ -146,24 +146,14 @@ static int run_peer(const input *in, double *secs, uint32_t *labels)
 {
     char dir[] = "/tmp/bench_segment_XXXXXX";
     char npy[96] = "", out[96] = "", peer[1024], cmd[2048], line[512];
-    const char *py = getenv("CNX_PYTHON");
+    const char *py;
     const size_t n = (size_t)(in->size[0] * in->size[1] * in->size[2]);
     FILE *p;
     int rc = -1, st;
 
     *secs = -1.0;
-    if (py == NULL || py[0] == '\0')
-        py = "/usr/bin/python3";
-    bench_peer_path(peer, sizeof(peer), "segment_peer.py");
-    if (access(peer, R_OK) != 0 || strchr(peer, '\'') != NULL ||
-        strchr(py, '\'') != NULL) {
-        printf("peer   : FAILED (%s not readable)\n", peer);
+    if (bench_peer_setup(&py, peer, sizeof(peer), "segment_peer.py", dir) != 0)
         return -1;
-    }
-    if (mkdtemp(dir) == NULL) {
-        printf("peer   : FAILED (no temporary directory)\n");
-        return -1;
-    }
     snprintf(npy, sizeof(npy), "%s/boundary.npy", dir);
     snprintf(out, sizeof(out), "%s/labels.raw", dir);
     if (bench_write_npy(npy, in->boundary, 1, "|u1", in->size) != 0) {

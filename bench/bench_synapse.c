@@ -121,24 +121,14 @@ static int run_peer(const input *in, const cnx_synapse *s, size_t n,
 {
     char dir[] = "/tmp/bench_synapse_XXXXXX";
     char f[3][96], peer[1024], cmd[2048], line[512];
-    const char *py = getenv("CNX_PYTHON");
+    const char *py;
     FILE *p;
     int rc = -1, st;
 
     *secs = -1.0;
     *count = *agree = 0;
-    if (py == NULL || py[0] == '\0')
-        py = "/usr/bin/python3";
-    bench_peer_path(peer, sizeof(peer), "synapse_peer.py");
-    if (access(peer, R_OK) != 0 || strchr(peer, '\'') != NULL ||
-        strchr(py, '\'') != NULL) {
-        printf("peer   : FAILED (%s not readable)\n", peer);
+    if (bench_peer_setup(&py, peer, sizeof(peer), "synapse_peer.py", dir) != 0)
         return -1;
-    }
-    if (mkdtemp(dir) == NULL) {
-        printf("peer   : FAILED (no temporary directory)\n");
-        return -1;
-    }
     snprintf(f[0], sizeof(f[0]), "%s/cleft.npy", dir);
     snprintf(f[1], sizeof(f[1]), "%s/psd.npy", dir);
     snprintf(f[2], sizeof(f[2]), "%s/seg.npy", dir);

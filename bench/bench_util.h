@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static inline int bench_cmp_double(const void *a, const void *b)
 {
@@ -73,6 +74,34 @@ static inline void bench_peer_path_(char *buf, size_t n, const char *name,
         int dlen = slash != NULL ? (int)(slash - file) : 1;
         snprintf(buf, n, "%.*s/%s", dlen, slash != NULL ? file : ".", name);
     }
+}
+
+/*
+ * Ready a peer run: the interpreter ($CNX_PYTHON, else /usr/bin/python3)
+ * into *py, the script's path (bench_peer_path) into peer, and a fresh
+ * temporary directory into dir (a mkdtemp template, changed in place).
+ * @return 0, or -1 after printing "peer   : FAILED (why)".
+ */
+#define bench_peer_setup(py, peer, n, name, dir)                               \
+    bench_peer_setup_(py, peer, n, name, dir, __FILE__)
+static inline int bench_peer_setup_(const char **py, char *peer, size_t n,
+                                    const char *name, char *dir,
+                                    const char *file)
+{
+    *py = getenv("CNX_PYTHON");
+    if (*py == NULL || (*py)[0] == '\0')
+        *py = "/usr/bin/python3";
+    bench_peer_path_(peer, n, name, file);
+    if (access(peer, R_OK) != 0 || strchr(peer, '\'') != NULL ||
+        strchr(*py, '\'') != NULL) {
+        printf("peer   : FAILED (%s not readable)\n", peer);
+        return -1;
+    }
+    if (mkdtemp(dir) == NULL) {
+        printf("peer   : FAILED (no temporary directory)\n");
+        return -1;
+    }
+    return 0;
 }
 
 /* A .npy (format 1.0) of a 3-D array of s[0]*s[1]*s[2] elements of `elem`

@@ -9,6 +9,7 @@
  */
 #include "cnx/json.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,13 +24,16 @@ int cnx__json_parse(json_t **out, const char *buf, size_t len, int code,
 
     *out = NULL;
     if (len > CNX_JSON_MAX)
-        return cnx_error_set(CNX_ETOOBIG, 0, "%s: %zu bytes, over the %u "
-                             "byte limit", what, len, CNX_JSON_MAX);
+        return cnx_error_set(CNX_ETOOBIG, 0,
+                             "%s: %zu bytes, over the %u "
+                             "byte limit",
+                             what, len, CNX_JSON_MAX);
     json = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
     if (json == NULL)
-        return cnx_error_set(code, 0, "%s: malformed JSON at line %d column "
-                             "%d: %s", what, jerr.line, jerr.column,
-                             jerr.text);
+        return cnx_error_set(code, 0,
+                             "%s: malformed JSON at line %d column "
+                             "%d: %s",
+                             what, jerr.line, jerr.column, jerr.text);
     *out = json;
     return 0;
 }
@@ -82,12 +86,13 @@ int cnx__json_ivec(const json_t *json, size_t n, int64_t lo, int64_t hi,
     return 0;
 }
 
-int cnx__json_only_keys(const json_t *obj, const char *const *allowed,
-                        int code, const char *what)
+int cnx__json_only_keys(const json_t *obj, const char *const *allowed, int code,
+                        const char *what)
 {
     const char *key;
     json_t *value;
-    json_object_foreach((json_t *)obj, key, value) {
+    json_object_foreach((json_t *)obj, key, value)
+    {
         int known = 0;
         (void)value;
         for (const char *const *a = allowed; *a != NULL; a++) {
@@ -97,8 +102,78 @@ int cnx__json_only_keys(const json_t *obj, const char *const *allowed,
             }
         }
         if (!known)
-            return cnx_error_set(code, 0, "%s: unknown key '%.64s'", what,
-                                 key);
+            return cnx_error_set(code, 0, "%s: unknown key '%.64s'", what, key);
     }
+    return 0;
+}
+
+int cnx__json_params(json_t **out, const char *text, const char *const *allowed,
+                     const char *what)
+{
+    json_t *js = NULL;
+    int rc;
+    *out = NULL;
+    if (text == NULL)
+        return 0;
+    rc = cnx__json_parse(&js, text, strlen(text), CNX_ESCHEMA, what);
+    if (rc != 0)
+        return rc;
+    if (!json_is_object(js))
+        rc = cnx_error_set(CNX_ESCHEMA, 0, "%s: must be an object", what);
+    if (rc == 0)
+        rc = cnx__json_only_keys(js, allowed, CNX_ESCHEMA, what);
+    if (rc != 0) {
+        json_decref(js);
+        return rc;
+    }
+    *out = js;
+    return 0;
+}
+
+int cnx__json_param_flag(const json_t *js, const char *key, const char *what,
+                         int *out)
+{
+    const json_t *v = js ? json_object_get(js, key) : NULL;
+    if (v == NULL)
+        return 0;
+    if (json_is_boolean(v)) {
+        *out = json_is_true(v);
+        return 0;
+    }
+    if (!cnx__json_int_in(v, 0, 1))
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "%s.%s: must be a boolean (or 0 or 1)", what, key);
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
+int cnx__json_param_int(const json_t *js, const char *key, int64_t lo,
+                        int64_t hi, const char *what, int64_t *out)
+{
+    const json_t *v = js ? json_object_get(js, key) : NULL;
+    if (v == NULL)
+        return 0;
+    if (!cnx__json_int_in(v, lo, hi))
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "%s.%s: must be an integer in [%lld, %lld]", what,
+                             key, (long long)lo, (long long)hi);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+int cnx__json_param_number(const json_t *js, const char *key, double lo,
+                           double hi, int open_lo, const char *what,
+                           double *out)
+{
+    const json_t *v = js ? json_object_get(js, key) : NULL;
+    double d;
+    if (v == NULL)
+        return 0;
+    d = json_is_number(v) ? json_number_value(v) : NAN;
+    if (!((open_lo ? d > lo : d >= lo) && d <= hi))
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "%s.%s: must be a number in %s%g, %g]", what, key,
+                             open_lo ? "(" : "[", lo, hi);
+    *out = d;
     return 0;
 }

@@ -34,7 +34,31 @@ int cnx__json_ivec(const json_t *json, size_t n, int64_t lo, int64_t hi,
 /**
  * Fail with code if obj has a key outside the NULL-terminated allowed list.
  */
-int cnx__json_only_keys(const json_t *obj, const char *const *allowed,
-                        int code, const char *what);
+int cnx__json_only_keys(const json_t *obj, const char *const *allowed, int code,
+                        const char *what);
+
+/*
+ * A stage kernel's parameters: text (a task's "parameters") parsed as a
+ * JSON object holding only the allowed keys. *out is NULL when text is
+ * NULL (every parameter at its default); the caller frees it with
+ * json_decref. Errors are CNX_ESCHEMA, "<what>: ..." (what is e.g.
+ * "montage: parameters").
+ */
+int cnx__json_params(json_t **out, const char *text, const char *const *allowed,
+                     const char *what);
+
+/*
+ * One parameter of a cnx__json_params object, left as it is when absent
+ * (js may be NULL): a boolean or 0/1; an integer in [lo, hi]; a number in
+ * [lo, hi], or (lo, hi] when open_lo. CNX_ESCHEMA "<what>.<key>: must be
+ * ..." otherwise.
+ */
+int cnx__json_param_flag(const json_t *js, const char *key, const char *what,
+                         int *out);
+int cnx__json_param_int(const json_t *js, const char *key, int64_t lo,
+                        int64_t hi, const char *what, int64_t *out);
+int cnx__json_param_number(const json_t *js, const char *key, double lo,
+                           double hi, int open_lo, const char *what,
+                           double *out);
 
 #endif

@@ -28,50 +28,27 @@
 static int parse_mesh_params(const char *text, cnx_mesh_simplify_opts *o)
 {
     static const char *const keys[] = {"simplify", "max_error", NULL};
+    static const char what[] = "mesh: parameters";
     json_t *js = NULL;
-    const json_t *v;
     int rc;
 
     memset(o, 0, sizeof(*o));
     o->target_fraction = 1.0;
     o->max_error = INFINITY;
-    if (text == NULL)
-        return 0;
-    rc = cnx__json_parse(&js, text, strlen(text), CNX_ESCHEMA,
-                         "mesh: parameters");
-    if (rc != 0)
-        return rc;
-    if (!json_is_object(js))
-        rc = cnx_error_set(CNX_ESCHEMA, 0,
-                           "mesh: parameters: must be an object");
+    rc = cnx__json_params(&js, text, keys, what);
     if (rc == 0)
-        rc = cnx__json_only_keys(js, keys, CNX_ESCHEMA, "mesh: parameters");
-    v = json_object_get(js, "simplify");
-    if (rc == 0 && v != NULL) {
-        double f = json_is_number(v) ? json_number_value(v) : -1;
-        if (!(f > 0 && f <= 1))
-            rc = cnx_error_set(CNX_ESCHEMA, 0,
-                               "mesh: parameters.simplify: must be a "
-                               "fraction of the triangles in (0, 1]");
-        o->target_fraction = f;
-    }
-    v = json_object_get(js, "max_error");
-    if (rc == 0 && v != NULL) {
-        double e = json_is_number(v) ? json_number_value(v) : -1;
-        if (!(e >= 0 && e <= 1e12))
-            rc = cnx_error_set(CNX_ESCHEMA, 0,
-                               "mesh: parameters.max_error: must be a "
-                               "number of nm^2 in [0, 1e12]");
-        o->max_error = e;
-    }
+        rc = cnx__json_param_number(js, "simplify", 0, 1, 1, what,
+                                    &o->target_fraction);
+    if (rc == 0)
+        rc = cnx__json_param_number(js, "max_error", 0, 1e12, 0, what,
+                                    &o->max_error);
     json_decref(js);
     return rc;
 }
 
 /* Write one fragment per mesh and the chunk's index of ids. */
 static int write_fragments(cnx_stage_io *io, const cnx_task *task,
-                           cnx_mesh_set *set,
-                           const cnx_mesh_simplify_opts *o)
+                           cnx_mesh_set *set, const cnx_mesh_simplify_opts *o)
 {
     char box[128], name[512];
     size_t cap = set->n * 21 + 1, at = 0;
@@ -208,8 +185,7 @@ static int read_index(const char *name, const uint8_t *data, size_t len,
     size_t i = 0;
     if (slash == NULL || cnx_box_parse(slash + 1, &box) != 0)
         return cnx_error_set(CNX_ESCHEMA, 0,
-                             "mesh-manifest: %s: not a mesh index name",
-                             name);
+                             "mesh-manifest: %s: not a mesh index name", name);
     while (i < len) {
         uint64_t id = 0;
         size_t d = 0;

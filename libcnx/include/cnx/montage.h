@@ -55,6 +55,9 @@ extern "C" {
 /** Largest `search`, pixels. */
 #define CNX_MONTAGE_MAX_SEARCH 4096
 
+/** Most tiles in one section (the solve indexes them with 32 bits). */
+#define CNX_MONTAGE_MAX_TILES 1000000
+
 /** One tile of a section (all borrowed). */
 typedef struct cnx_montage_tile {
     const char *id;        /* for messages and the report; unique */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cnx/error.h"
+#include "unionfind_int.h"
 
 /* Provisional labels: parent[l] <= l, parent[l] == l at a root. */
 typedef struct ccl_forest {
@@ -25,29 +26,6 @@ typedef struct ccl_forest {
     size_t cap;
     uint32_t n; /* labels in use are 1..n; parent[0] = 0 */
 } ccl_forest;
-
-static uint32_t forest_find(uint32_t *parent, uint32_t a)
-{
-    uint32_t root = a;
-    while (parent[root] != root)
-        root = parent[root];
-    while (parent[a] != root) {
-        uint32_t next = parent[a];
-        parent[a] = root;
-        a = next;
-    }
-    return root;
-}
-
-static void forest_union(uint32_t *parent, uint32_t a, uint32_t b)
-{
-    a = forest_find(parent, a);
-    b = forest_find(parent, b);
-    if (a < b)
-        parent[b] = a;
-    else if (b < a)
-        parent[a] = b;
-}
 
 /* @return a new label, or 0 if the table cannot grow. */
 static uint32_t forest_new(ccl_forest *f)
@@ -91,7 +69,7 @@ static uint32_t forest_new(ccl_forest *f)
                 if (left != 0) {                                               \
                     l = left;                                                  \
                     if (up != 0 && up != left)                                 \
-                        forest_union(f->parent, up, left);                     \
+                        cnx__uf_union(f->parent, up, left);                    \
                 } else if (up != 0) {                                          \
                     l = up;                                                    \
                 } else {                                                       \

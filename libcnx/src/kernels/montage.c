@@ -33,53 +33,6 @@ void cnx_montage_params_default(cnx_montage_params *p)
 
 /* ---- JSON parameters ---------------------------------------------------- */
 
-static int get_flag(const json_t *js, const char *key, int *out)
-{
-    const json_t *v = json_object_get(js, key);
-    if (v == NULL)
-        return 0;
-    if (json_is_boolean(v)) {
-        *out = json_is_true(v);
-        return 0;
-    }
-    if (!cnx__json_int_in(v, 0, 1))
-        return cnx_error_set(CNX_ESCHEMA, 0,
-                             WHAT ".%s: must be a boolean (or 0 or 1)", key);
-    *out = (int)json_integer_value(v);
-    return 0;
-}
-
-/* A number in (lo, hi] when open_lo, else [lo, hi]. */
-static int get_number(const json_t *js, const char *key, double lo, double hi,
-                      int open_lo, double *out)
-{
-    const json_t *v = json_object_get(js, key);
-    double d;
-    if (v == NULL)
-        return 0;
-    d = json_is_number(v) ? json_number_value(v) : NAN;
-    if (!((open_lo ? d > lo : d >= lo) && d <= hi))
-        return cnx_error_set(CNX_ESCHEMA, 0,
-                             WHAT ".%s: must be a number in %s%g, %g]", key,
-                             open_lo ? "(" : "[", lo, hi);
-    *out = d;
-    return 0;
-}
-
-static int get_int(const json_t *js, const char *key, int64_t lo, int64_t hi,
-                   int64_t *out)
-{
-    const json_t *v = json_object_get(js, key);
-    if (v == NULL)
-        return 0;
-    if (!cnx__json_int_in(v, lo, hi))
-        return cnx_error_set(CNX_ESCHEMA, 0,
-                             WHAT ".%s: must be an integer in [%lld, %lld]",
-                             key, (long long)lo, (long long)hi);
-    *out = json_integer_value(v);
-    return 0;
-}
-
 int cnx_montage_params_parse(const char *json, cnx_montage_params *p)
 {
     static const char *const keys[] = {"search", "min_peak_ratio",
@@ -90,29 +43,20 @@ int cnx_montage_params_parse(const char *json, cnx_montage_params *p)
 
     assert(p != NULL);
     cnx_montage_params_default(&tmp);
-    if (json == NULL) {
-        *p = tmp;
-        return 0;
-    }
-    rc = cnx__json_parse(&js, json, strlen(json), CNX_ESCHEMA, WHAT);
-    if (rc != 0)
-        return rc;
-    if (!json_is_object(js)) {
-        rc = cnx_error_set(CNX_ESCHEMA, 0, WHAT ": must be an object");
-        goto done;
-    }
-    rc = cnx__json_only_keys(js, keys, CNX_ESCHEMA, WHAT);
+    rc = cnx__json_params(&js, json, keys, WHAT);
     if (rc == 0)
-        rc = get_int(js, "search", 0, CNX_MONTAGE_MAX_SEARCH, &tmp.search);
+        rc = cnx__json_param_int(js, "search", 0, CNX_MONTAGE_MAX_SEARCH, WHAT,
+                                 &tmp.search);
     if (rc == 0)
-        rc = get_number(js, "min_peak_ratio", 1.0, 1e6, 0, &tmp.min_peak_ratio);
+        rc = cnx__json_param_number(js, "min_peak_ratio", 1.0, 1e6, 0, WHAT,
+                                    &tmp.min_peak_ratio);
     if (rc == 0)
-        rc = get_number(js, "max_residual", 0.0, 1e6, 1, &tmp.max_residual);
+        rc = cnx__json_param_number(js, "max_residual", 0.0, 1e6, 1, WHAT,
+                                    &tmp.max_residual);
     if (rc == 0)
-        rc = get_flag(js, "normalize", &tmp.normalize);
+        rc = cnx__json_param_flag(js, "normalize", WHAT, &tmp.normalize);
     if (rc == 0)
         *p = tmp;
-done:
     json_decref(js);
     return rc;
 }
@@ -184,6 +128,11 @@ static int check_input(const cnx_montage_tile *tiles, size_t n,
     int rc;
     if (tiles == NULL || n == 0)
         return cnx_error_set(CNX_EINVAL, 0, "montage: no tiles");
+    if (n > CNX_MONTAGE_MAX_TILES)
+        return cnx_error_set(CNX_ETOOBIG, 0,
+                             "montage: %zu tiles in one section, over the "
+                             "limit of %d",
+                             n, CNX_MONTAGE_MAX_TILES);
     rc = cnx_montage_params_check(p);
     if (rc != 0)
         return rc;

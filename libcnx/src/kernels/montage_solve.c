@@ -19,32 +19,13 @@
 
 #include "cnx/error.h"
 #include "kernels/montage_int.h"
+#include "kernels/unionfind_int.h"
 
 /* Ridge added to the intensity systems: keeps tiles whose overlaps say
  * nothing (flat) at gain 1 / offset 0 instead of making them singular. */
 #define RIDGE 1e-6
 
-/* ---- union-find over tiles -------------------------------------------- */
-
-static size_t uf_find(size_t *parent, size_t i)
-{
-    while (parent[i] != i) {
-        parent[i] = parent[parent[i]];
-        i = parent[i];
-    }
-    return i;
-}
-
-static void uf_union(size_t *parent, size_t a, size_t b)
-{
-    a = uf_find(parent, a);
-    b = uf_find(parent, b);
-    /* the smaller index is the root: deterministic */
-    if (a < b)
-        parent[b] = a;
-    else if (b < a)
-        parent[a] = b;
-}
+/* Tiles are grouped by a union-find (kernels/unionfind_int.h). */
 
 /* ---- banded SPD systems ----------------------------------------------- */
 
@@ -109,16 +90,16 @@ typedef struct solver {
 
 /* Number the tiles of the group rooted like `fixed` (except fixed) and set
  * the band width from the used pairs. */
-static int solver_setup(solver *s, size_t *parent, size_t fixed,
+static int solver_setup(solver *s, uint32_t *parent, size_t fixed,
                         const cnx_montage_pair *pairs, const int *use,
                         size_t npairs)
 {
-    const size_t root = uf_find(parent, fixed);
+    const size_t root = cnx__uf_find(parent, fixed);
     size_t bw = 0, need;
     s->rows = 0;
     for (size_t t = 0; t < s->n; t++) {
         s->row[t] = SIZE_MAX;
-        if (t != fixed && uf_find(parent, t) == root) {
+        if (t != fixed && cnx__uf_find(parent, t) == root) {
             s->row[t] = s->rows;
             s->tile[s->rows++] = t;
         }
@@ -181,12 +162,12 @@ static void add_term(solver *s, size_t a, size_t b, double ca, double cb,
 
 /* The fixed tile: the lowest index of the largest group (ties: the group
  * with the lowest index). */
-static size_t pick_fixed(size_t *parent, size_t n, size_t *count)
+static size_t pick_fixed(uint32_t *parent, size_t n, size_t *count)
 {
     size_t best = 0;
     memset(count, 0, n * sizeof(*count));
     for (size_t t = 0; t < n; t++)
-        count[uf_find(parent, t)]++;
+        count[cnx__uf_find(parent, t)]++;
     for (size_t t = 0; t < n; t++)
         if (parent[t] == t && count[t] > count[best])
             best = t;
@@ -201,14 +182,14 @@ static int cmp_double(const void *a, const void *b)
 
 /* ---- positions --------------------------------------------------------- */
 
-static void group(size_t *parent, size_t n, const cnx_montage_pair *pairs,
+static void group(uint32_t *parent, size_t n, const cnx_montage_pair *pairs,
                   const int *use, size_t npairs)
 {
     for (size_t t = 0; t < n; t++)
-        parent[t] = t;
+        parent[t] = (uint32_t)t;
     for (size_t k = 0; k < npairs; k++)
         if (use[k])
-            uf_union(parent, pairs[k].a, pairs[k].b);
+            cnx__uf_union(parent, pairs[k].a, pairs[k].b);
 }
 
 /* Solve positions of the fixed tile's group into r->x, r->y (others
@@ -248,7 +229,8 @@ static double pair_residual(const cnx_montage_result *r,
 static int solve_intensity(solver *s, size_t fixed,
                            const cnx_montage_pair *pairs, const int *use,
                            const mont_stats *st, size_t npairs,
-                           cnx_montage_result *r, size_t *parent, size_t *count)
+                           cnx_montage_result *r, uint32_t *parent,
+                           size_t *count)
 {
     const double one[2] = {1.0, 0.0}, zero[2] = {0.0, 0.0};
     double mean = 0.0;
@@ -323,7 +305,7 @@ int mont_solve(const cnx_montage_tile *tiles, size_t n,
 {
     const size_t np = r->npairs;
     cnx_montage_pair *pairs = r->pairs;
-    size_t *parent = malloc(n * sizeof(*parent));
+    uint32_t *parent = malloc(n * sizeof(*parent));
     size_t *count = malloc(n * sizeof(*count));
     int *use = malloc((np + 1) * sizeof(*use));
     double *res = malloc((np + 1) * sizeof(*res));
@@ -360,9 +342,9 @@ int mont_solve(const cnx_montage_tile *tiles, size_t n,
         if (rc != 0)
             goto done;
         /* pairs outside the fixed group take no part */
-        root = uf_find(parent, fixed);
+        root = cnx__uf_find(parent, fixed);
         for (size_t k = 0; k < np; k++)
-            if (use[k] && uf_find(parent, pairs[k].a) != root)
+            if (use[k] && cnx__uf_find(parent, pairs[k].a) != root)
                 use[k] = 0;
         solve_positions(&s, tiles, fixed, pairs, use, np, r);
         for (size_t k = 0; k < np; k++) {
@@ -388,9 +370,9 @@ int mont_solve(const cnx_montage_tile *tiles, size_t n,
     /* gauge: move everything by round(mean(nominal - solved)) over the
      * placed tiles, an integer so the solved sub-pixel phases stay */
     {
-        const size_t root = uf_find(parent, fixed);
+        const size_t root = cnx__uf_find(parent, fixed);
         for (size_t t = 0; t < n; t++) {
-            r->placed[t] = uf_find(parent, t) == root;
+            r->placed[t] = cnx__uf_find(parent, t) == root;
             if (r->placed[t]) {
                 sx += (double)tiles[t].x - r->x[t];
                 sy += (double)tiles[t].y - r->y[t];

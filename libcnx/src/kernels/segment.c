@@ -40,55 +40,6 @@ void cnx_segment_params_default(cnx_segment_params *p)
 
 /* ---- JSON parameters ---------------------------------------------------- */
 
-/* A boolean, or the integer 0 or 1. */
-static int get_flag(const json_t *js, const char *key, int *out)
-{
-    const json_t *v = json_object_get(js, key);
-    if (v == NULL)
-        return 0;
-    if (json_is_boolean(v)) {
-        *out = json_is_true(v);
-        return 0;
-    }
-    if (!cnx__json_int_in(v, 0, 1))
-        return cnx_error_set(CNX_ESCHEMA, 0,
-                             WHAT ".%s: must be a boolean (or 0 or 1)", key);
-    *out = (int)json_integer_value(v);
-    return 0;
-}
-
-/* A number (integer or real) in [lo, hi]. */
-static int get_number(const json_t *js, const char *key, double lo, double hi,
-                      double *out)
-{
-    const json_t *v = json_object_get(js, key);
-    double d;
-    if (v == NULL)
-        return 0;
-    d = json_is_number(v) ? json_number_value(v) : NAN;
-    if (!(d >= lo && d <= hi))
-        return cnx_error_set(CNX_ESCHEMA, 0,
-                             WHAT ".%s: must be a number in [%g, %g]", key, lo,
-                             hi);
-    *out = d;
-    return 0;
-}
-
-/* An integer in [lo, hi]. */
-static int get_int(const json_t *js, const char *key, int64_t lo, int64_t hi,
-                   int64_t *out)
-{
-    const json_t *v = json_object_get(js, key);
-    if (v == NULL)
-        return 0;
-    if (!cnx__json_int_in(v, lo, hi))
-        return cnx_error_set(CNX_ESCHEMA, 0,
-                             WHAT ".%s: must be an integer in [%lld, %lld]",
-                             key, (long long)lo, (long long)hi);
-    *out = json_integer_value(v);
-    return 0;
-}
-
 static int get_seed_method(const json_t *js, cnx_segment_seeds *out)
 {
     const json_t *v = json_object_get(js, "seed_method");
@@ -110,26 +61,32 @@ static int get_seed_method(const json_t *js, cnx_segment_seeds *out)
 /* Every key of js over p, in a fixed order (the first bad key is named). */
 static int parse_keys(const json_t *js, cnx_segment_params *p)
 {
-    int rc = get_flag(js, "raw_input", &p->raw_input);
+    int rc = cnx__json_param_flag(js, "raw_input", WHAT, &p->raw_input);
     if (rc == 0)
-        rc = get_flag(js, "sections", &p->sections);
+        rc = cnx__json_param_flag(js, "sections", WHAT, &p->sections);
     if (rc == 0)
-        rc = get_number(js, "filter_sigma", 0.5, 8.0, &p->filter_sigma);
+        rc = cnx__json_param_number(js, "filter_sigma", 0.5, 8.0, 0, WHAT,
+                                    &p->filter_sigma);
     if (rc == 0)
-        rc = get_number(js, "filter_ridge", 0.0, 1.0, &p->filter_ridge);
+        rc = cnx__json_param_number(js, "filter_ridge", 0.0, 1.0, 0, WHAT,
+                                    &p->filter_ridge);
     if (rc == 0)
-        rc = get_number(js, "filter_background", 0.0, 256.0,
-                        &p->filter_background);
+        rc = cnx__json_param_number(js, "filter_background", 0.0, 256.0, 0,
+                                    WHAT, &p->filter_background);
     if (rc == 0)
-        rc = get_int(js, "seed_min_distance", 0, 64, &p->seed_min_distance);
+        rc = cnx__json_param_int(js, "seed_min_distance", 0, 64, WHAT,
+                                 &p->seed_min_distance);
     if (rc == 0)
-        rc = get_number(js, "seed_threshold", 0.0, 1.0, &p->seed_threshold);
+        rc = cnx__json_param_number(js, "seed_threshold", 0.0, 1.0, 0, WHAT,
+                                    &p->seed_threshold);
     if (rc == 0)
         rc = get_seed_method(js, &p->seed_method);
     if (rc == 0)
-        rc = get_number(js, "merge_threshold", 0.0, 1.0, &p->merge_threshold);
+        rc = cnx__json_param_number(js, "merge_threshold", 0.0, 1.0, 0, WHAT,
+                                    &p->merge_threshold);
     if (rc == 0)
-        rc = get_int(js, "min_size", 0, CNX_SEGMENT_MAX_VOXELS, &p->min_size);
+        rc = cnx__json_param_int(js, "min_size", 0, CNX_SEGMENT_MAX_VOXELS,
+                                 WHAT, &p->min_size);
     return rc;
 }
 
@@ -152,23 +109,11 @@ int cnx_segment_params_parse(cnx_segment_params *p, const char *json)
 
     assert(p != NULL);
     cnx_segment_params_default(&tmp);
-    if (json == NULL) {
-        *p = tmp;
-        return 0;
-    }
-    rc = cnx__json_parse(&js, json, strlen(json), CNX_ESCHEMA, WHAT);
-    if (rc != 0)
-        return rc;
-    if (!json_is_object(js)) {
-        rc = cnx_error_set(CNX_ESCHEMA, 0, WHAT ": must be an object");
-        goto done;
-    }
-    rc = cnx__json_only_keys(js, keys, CNX_ESCHEMA, WHAT);
+    rc = cnx__json_params(&js, json, keys, WHAT);
     if (rc == 0)
         rc = parse_keys(js, &tmp);
     if (rc == 0)
         *p = tmp;
-done:
     json_decref(js);
     return rc;
 }

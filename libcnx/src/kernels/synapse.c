@@ -25,6 +25,7 @@
 #include "cnx/error.h"
 #include "json_int.h"
 #include "synapse_int.h"
+#include "unionfind_int.h"
 
 #define WHAT "synapses: parameters"
 
@@ -39,44 +40,10 @@ void cnx_synapse_params_default(cnx_synapse_params *p)
 
 /* ---- JSON parameters ---------------------------------------------------- */
 
-static const char *const param_keys[] = {
-    "cleft_threshold", "min_size", "partner_radius", "psd_threshold", NULL};
-
-/* An integer in [lo, hi]. */
-static int get_int(const json_t *js, const char *key, int64_t lo, int64_t hi,
-                   int64_t *out)
-{
-    const json_t *v = json_object_get(js, key);
-    if (v == NULL)
-        return 0;
-    if (!cnx__json_int_in(v, lo, hi))
-        return cnx_error_set(CNX_ESCHEMA, 0,
-                             WHAT ".%s: must be an integer in [%lld, %lld]",
-                             key, (long long)lo, (long long)hi);
-    *out = json_integer_value(v);
-    return 0;
-}
-
-/* The least unknown key (so the message does not depend on key order). */
-static int only_known_keys(const json_t *js)
-{
-    const char *key, *bad = NULL;
-    json_t *value;
-    json_object_foreach((json_t *)js, key, value) {
-        int known = 0;
-        (void)value;
-        for (const char *const *k = param_keys; *k != NULL; k++)
-            known |= strcmp(*k, key) == 0;
-        if (!known && (bad == NULL || strcmp(key, bad) < 0))
-            bad = key;
-    }
-    if (bad != NULL)
-        return cnx_error_set(CNX_ESCHEMA, 0, WHAT ".%.64s: unknown key", bad);
-    return 0;
-}
-
 int cnx_synapse_params_parse(const char *json, cnx_synapse_params *p)
 {
+    static const char *const keys[] = {"cleft_threshold", "min_size",
+                                       "partner_radius", "psd_threshold", NULL};
     cnx_synapse_params tmp;
     json_t *js = NULL;
     int64_t v[4];
@@ -84,30 +51,21 @@ int cnx_synapse_params_parse(const char *json, cnx_synapse_params *p)
 
     assert(p != NULL);
     cnx_synapse_params_default(&tmp);
-    if (json == NULL) {
-        *p = tmp;
-        return 0;
-    }
-    rc = cnx__json_parse(&js, json, strlen(json), CNX_ESCHEMA, WHAT);
-    if (rc != 0)
-        return rc;
-    if (!json_is_object(js)) {
-        rc = cnx_error_set(CNX_ESCHEMA, 0, WHAT ": must be an object");
-        goto done;
-    }
-    rc = only_known_keys(js);
     v[0] = tmp.cleft_threshold;
     v[1] = tmp.min_size;
     v[2] = tmp.partner_radius;
     v[3] = tmp.psd_threshold;
+    rc = cnx__json_params(&js, json, keys, WHAT);
     if (rc == 0)
-        rc = get_int(js, "cleft_threshold", 1, 255, &v[0]);
+        rc = cnx__json_param_int(js, "cleft_threshold", 1, 255, WHAT, &v[0]);
     if (rc == 0)
-        rc = get_int(js, "min_size", 0, CNX_SYNAPSE_MAX_VOXELS, &v[1]);
+        rc = cnx__json_param_int(js, "min_size", 0, CNX_SYNAPSE_MAX_VOXELS,
+                                 WHAT, &v[1]);
     if (rc == 0)
-        rc = get_int(js, "partner_radius", 1, CNX_SYNAPSE_MAX_RADIUS, &v[2]);
+        rc = cnx__json_param_int(js, "partner_radius", 1,
+                                 CNX_SYNAPSE_MAX_RADIUS, WHAT, &v[2]);
     if (rc == 0)
-        rc = get_int(js, "psd_threshold", 1, 255, &v[3]);
+        rc = cnx__json_param_int(js, "psd_threshold", 1, 255, WHAT, &v[3]);
     if (rc == 0) {
         tmp.cleft_threshold = (int)v[0];
         tmp.min_size = v[1];
@@ -115,7 +73,6 @@ int cnx_synapse_params_parse(const char *json, cnx_synapse_params *p)
         tmp.psd_threshold = (int)v[3];
         *p = tmp;
     }
-done:
     json_decref(js);
     return rc;
 }
@@ -205,29 +162,6 @@ static int grow(void **buf, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-static uint32_t uf_find(uint32_t *parent, uint32_t a)
-{
-    uint32_t root = a;
-    while (parent[root] != root)
-        root = parent[root];
-    while (parent[a] != root) {
-        uint32_t next = parent[a];
-        parent[a] = root;
-        a = next;
-    }
-    return root;
-}
-
-static void uf_union(uint32_t *parent, uint32_t a, uint32_t b)
-{
-    a = uf_find(parent, a);
-    b = uf_find(parent, b);
-    if (a < b)
-        parent[b] = a;
-    else if (b < a)
-        parent[a] = b;
-}
-
 /* Nonzero if one of the 8 bytes of w is >= t (1..255), exactly: each
  * byte's low 7 bits are compared without carries into the next byte. */
 static inline uint64_t any_ge(uint64_t w, unsigned t)
@@ -307,7 +241,7 @@ static int label_clefts(const cnx_synapse_block *b, unsigned t, syn_cc *cc)
                     if (l == 0)
                         l = m;
                     else
-                        uf_union(cc->parent, l, m);
+                        cnx__uf_union(cc->parent, l, m);
                 }
                 if (l == 0) {
                     if (cc->nlabels >= UINT32_MAX - 1) {

@@ -22,6 +22,7 @@
 
 #include "cnx/error.h"
 #include "kernels/synth_int.h"
+#include "kernels/unionfind_int.h"
 
 /* Walk step length, voxels; capsules join end to end, so any step works. */
 #define STEP_LEN 2.0
@@ -517,27 +518,6 @@ int cnx_synth__fill(uint32_t *label, const synth_dims *d)
 
 /* ---- one component per object ----------------------------------------- */
 
-static uint32_t uf_find(uint32_t *parent, uint32_t i)
-{
-    while (parent[i] != i) {
-        parent[i] = parent[parent[i]];
-        i = parent[i];
-    }
-    return i;
-}
-
-/* Union by lower index: every parent index is below its child's, which
- * the single relabelling pass in components() relies on. */
-static void uf_union(uint32_t *parent, uint32_t a, uint32_t b)
-{
-    a = uf_find(parent, a);
-    b = uf_find(parent, b);
-    if (a < b)
-        parent[b] = a;
-    else if (b < a)
-        parent[a] = b;
-}
-
 /* comp[i] = 6-connected component of voxel i, numbered in scan order of
  * their first voxel. @return the number of components. */
 static uint32_t components(uint32_t *comp, const uint32_t *label,
@@ -559,11 +539,11 @@ static uint32_t components(uint32_t *comp, const uint32_t *label,
                 const int up = y > 0 && label[i - d->sx] == l;
                 comp[i] = left ? comp[i - 1] : (uint32_t)i;
                 if (up && !(left && label[i - 1 - d->sx] == l))
-                    uf_union(comp, (uint32_t)(i - d->sx), (uint32_t)i);
+                    cnx__uf_union(comp, (uint32_t)(i - d->sx), (uint32_t)i);
                 if (z > 0 && label[i - sxy] == l &&
                     !(left && label[i - 1 - sxy] == l) &&
                     !(up && label[i - d->sx - sxy] == l))
-                    uf_union(comp, (uint32_t)(i - sxy), (uint32_t)i);
+                    cnx__uf_union(comp, (uint32_t)(i - sxy), (uint32_t)i);
             }
         }
     }

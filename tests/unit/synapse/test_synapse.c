@@ -61,8 +61,8 @@ static const struct {
     const char *message;
 } bad_params[] = {
     {"{\"cleft_treshold\":3}",
-     "synapses: parameters.cleft_treshold: unknown key"},
-    {"{\"zz\":1,\"aa\":2}", "synapses: parameters.aa: unknown key"},
+     "synapses: parameters: unknown key 'cleft_treshold'"},
+    {"{\"zz\":1,\"aa\":2}", "synapses: parameters: unknown key 'zz'"},
     {"{\"cleft_threshold\":0}",
      "synapses: parameters.cleft_threshold: must be an integer in [1, 255]"},
     {"{\"cleft_threshold\":128.0}",
