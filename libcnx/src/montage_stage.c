@@ -56,8 +56,8 @@ static int read_tiles(cnx_stage_io *io, const cnx_tile_section *sec,
         snprintf(what, sizeof(what), "tile %s (%s)", t->id, t->file);
         if (t->sha256[0] == '\0')
             rc = cnx_error_set(CNX_ESCHEMA, 0,
-                               "montage: %s has no sha256: the input must be "
-                               "a recorded tile set (cnx-ingest --tiles)",
+                               "%s has no sha256: the input must be a "
+                               "recorded tile set (cnx-ingest --tiles)",
                                what);
         if (rc == 0)
             rc = cnx_stage_get_expect(io, "tiles", t->file, t->sha256, 0,
