@@ -9,7 +9,7 @@ PACKAGES=(build-essential cmake pkg-config git
           librdkafka-dev libcurl4-openssl-dev libssl-dev openssl
           libjansson-dev libzstd-dev libgit2-dev libsqlite3-dev sqlite3
           libcmocka-dev libpng-dev libtiff-dev kcat
-          python3 python3-numpy python3-skimage python3-jsonschema)
+          python3 python3-numpy python3-skimage python3-jsonschema python3-securesystemslib)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -257,7 +257,24 @@ static int cmp_artifact(const void *a, const void *b)
                   ((const cnx_artifact *)b)->name);
 }
 
-/* Sign and send the manifest of a successful attempt. */
+/*
+ * Keep the signed envelope beside the outputs it covers, write-once:
+ * <output layer>/lineage/<task key hex>/<envelope digest hex>.dsse.json.
+ * Storage then describes itself to an auditor (cnx-verify --layer) without
+ * the ledger or Kafka. Each attempt's envelope has its own name.
+ */
+static int store_manifest(const cnx_stage_io *io, const char *task_key,
+                          const char *digest, const char *envelope)
+{
+    const char *k = strchr(task_key, ':'), *d = strchr(digest, ':');
+    char name[256], got[CNX_DIGEST_LEN];
+    snprintf(name, sizeof(name), "%s/%s/%s%s", CNX_LINEAGE_DIR,
+             k ? k + 1 : task_key, d ? d + 1 : digest, CNX_LINEAGE_SUFFIX);
+    return cnx_store_put(cnx_layer_store(io->output), name, envelope,
+                         strlen(envelope), got);
+}
+
+/* Sign, keep and send the manifest of a successful attempt. */
 static int send_manifest(worker *w, const attempt_info *a,
                          char digest[CNX_DIGEST_LEN])
 {
@@ -312,6 +329,9 @@ static int send_manifest(worker *w, const attempt_info *a,
                            strlen(statement), &envelope);
     if (rc == 0) {
         cnx_digest(envelope, strlen(envelope), digest);
+        rc = store_manifest(io, a->task->key, digest, envelope);
+    }
+    if (rc == 0) {
         cnx_kafka_header h[] = {{"cnx-task-key", a->task->key},
                                 {"cnx-stage", w->stage->name}};
         rc = cnx_producer_send(w->producer, CNX_TOPIC_LINEAGE, a->task->key,

@@ -30,6 +30,11 @@ extern "C" {
 /** Most signatures cnx_dsse_verify accepts in one envelope. */
 #define CNX_DSSE_MAX_SIGNATURES 16
 
+/* Where a worker keeps each envelope, in the output layer it wrote:
+ * CNX_LINEAGE_DIR "/<task key hex>/<envelope digest hex>" CNX_LINEAGE_SUFFIX */
+#define CNX_LINEAGE_DIR "lineage"
+#define CNX_LINEAGE_SUFFIX ".dsse.json"
+
 /* ---- keys ---------------------------------------------------------- */
 
 /*
@@ -112,6 +117,16 @@ int cnx_dsse_sign(const cnx_key *key, const char *type, const void *body,
 int cnx_dsse_verify(const char *envelope, size_t len,
                     cnx_key *const *trusted, size_t ntrusted,
                     uint8_t **payload, size_t *payload_len, int *signer);
+
+/**
+ * As cnx_dsse_verify; on success, *type (if not NULL) receives the
+ * envelope's payloadType, NUL-terminated (free() it), so that a caller can
+ * check the type without parsing the envelope again.
+ */
+int cnx_dsse_verify_type(const char *envelope, size_t len,
+                         cnx_key *const *trusted, size_t ntrusted,
+                         uint8_t **payload, size_t *payload_len, int *signer,
+                         char **type);
 
 /* ---- provenance ---------------------------------------------------- */
 
