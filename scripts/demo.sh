@@ -2,42 +2,57 @@
 # The main job: install what is missing, build, then run cnx end to end on
 # this machine and print a summary:
 #  - the Kafka stack: cnx-broker, cnx-controller writing the SQLite ledger
-#    (out/demo/ledger.db, trusting the demo's key) and two cnx-downsample
-#    workers, started first so that their consumer group settles while
+#    (out/demo/ledger.db, trusting the demo's key), two cnx-downsample
+#    workers and workers for every pipeline stage (cnx-montage, cnx-segment,
+#    cnx-synapses, cnx-mesh), started first so that their consumer groups
+#    settle while
 #  - a 256^3 synthetic dataset with ground truth and its montage tile set
 #    is made (cnx-synth), the tile set checked and recorded with a digest
 #    per tile (cnx-ingest --tiles), and the real ISBI 2012 stack ingested
 #    as an image and a segmentation layer (cnx-ingest);
 #  - `cnx-reprocess --workflow pyramid --wait` (two downsampling levels of
-#    the synthetic image into pyramid/v1) over the region, then over the
-#    same region again: the second run must report every repeated task
-#    bit-identical (exit 0);
-#  - `cnx-reprocess --workflow pipeline --wait`: the recorded tile set
-#    stitched section by section (cnx-montage), neurons from the synthetic
-#    boundary map in 128^3 chunks (fragments, the join across chunk faces,
-#    relabelling; cnx-segment), their synapses and connectivity
-#    (cnx-synapses) and meshes (cnx-mesh), scored against the ground truth
-#    with numpy, Pillow, scipy and scikit-image (acceptance/montage_check.py:
-#    tile positions, residuals, seams; acceptance/seg_check.py: VI, the
-#    whole-volume run, closed meshes; acceptance/syn_check.py: synaptic
-#    partners, CREMI matching);
-#  - the ledger read with the sqlite3 shell (requests, the stage_costs
-#    view), checked independently (acceptance/ledger_check.py: Python's
-#    sqlite3 and hashlib), and every signed manifest stored in it
-#    (lineage.envelope) verified with the openssl CLI alone
-#    (acceptance/verify_openssl.sh).
+#    the synthetic image into pyramid/v1) over the region, twice: the
+#    second run must report every repeated task bit-identical (exit 0);
+#  - `cnx-reprocess --workflow pipeline --wait`, with its progress: the
+#    recorded tile set stitched section by section (stitched/v1), neurons
+#    from the synthetic boundary map in 128^3 chunks across chunk faces,
+#    their synapses and connectivity and their meshes (segmentation/v1);
+#    then the same request again, every repeated task bit-identical;
+#  - the ledger read with the sqlite3 shell (requests, the stage_costs view,
+#    the pipeline stage by stage), checked independently
+#    (acceptance/ledger_check.py: Python's sqlite3 and hashlib); every
+#    signed manifest in it verified with the openssl CLI alone
+#    (acceptance/verify_openssl.sh); every layer the runs wrote verified
+#    by cnx-verify (signatures, statements, stored bytes, inputs back to
+#    the raw layers, coverage, the code commit in this git repository, the
+#    ledger's hash chain and parameters);
+#  - the results scored against the ground truth with numpy, Pillow, scipy
+#    and scikit-image: montage (acceptance/montage_check.py: tile positions,
+#    residuals, seams), segmentation (acceptance/seg_check.py: VI, the
+#    whole-volume run, closed meshes), synapses (acceptance/syn_check.py:
+#    CREMI partner matching);
+#  - the digests of every layer made, compared with the previous
+#    invocation's (out/demo.last-digests): a second invocation reports
+#    bit-identical outputs;
+#  - how to look at the result in Neuroglancer; with --serve the demo then
+#    serves out/demo over HTTP with CORS (scripts/serve.py) until Ctrl-C.
 # Every process started is stopped on exit (SIGTERM, newest first; SIGKILL
 # after 10 s). Exit status 0 only if every check passed.
 # Outputs: out/demo/ (precomputed layers: point Neuroglancer at them; the
 # ledger; the envelopes; logs of the broker, controller and workers).
 # Environment: CNX_DEMO_SHAPE (default 256,256,256), CNX_DEMO_ROI (default
-# the whole volume, x0,y0,z0,x1,y1,z1), CNX_DEMO_OUT.
+# the whole volume, x0,y0,z0,x1,y1,z1), CNX_DEMO_OUT, CNX_DEMO_PORT (8080).
 set -euo pipefail
-if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
-  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
-  echo "usage: bash scripts/demo.sh   (or: cnx demo)"
-  exit 0
-fi
+serve=0
+case "${1:-}" in
+  --help | -h)
+    sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+    echo "usage: bash scripts/demo.sh [--serve]   (or: cnx demo [--serve])"
+    exit 0 ;;
+  --serve) serve=1 ;;
+  "") ;;
+  *) echo "demo.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 root=$PWD
 shape=${CNX_DEMO_SHAPE:-256,256,256}
@@ -111,7 +126,7 @@ for i in 1 2; do
     2>>"$out/workers.log" &
   pids+=($!)
 done
-for st in montage montage segment segment segment-join segment-relabel mesh mesh-manifest \
+for st in montage montage segment segment segment-join segment-relabel mesh mesh mesh-manifest \
   synapses synapse-edges; do
   case $st in mesh*) exe=cnx-mesh ;; montage) exe=cnx-montage ;; syn*) exe=cnx-synapses ;;
     *) exe=cnx-segment ;; esac
@@ -158,18 +173,26 @@ reprocess demo-run2
 rc2=$rc
 [ "$rc2" -eq 0 ] || problems+=("second cnx-reprocess exited $rc2 (0: every repeated task bit-identical)")
 
-# The whole pipeline over the region: montage, segmentation, synapses, meshes.
-s=$(date +%s.%N)
-echo
-echo "== cnx-reprocess --workflow pipeline --request demo-seg --wait"
-set +e
-"$bin/cnx-reprocess" --brokers "$boot" --workflow pipeline --workflows "$root/workflows" \
-  --dataset "file://$out/synth" --roi "$roi" --deadline 24h --request demo-seg --wait \
-  --timeout 900 2>&1 | tee "$out/demo-seg.txt"
-rc3=${PIPESTATUS[0]}
-set -e
-printf '%s\t%s\n' "reprocess demo-seg" "$(elapsed "$s")" >>"$out/times.tsv"
+# The whole pipeline over the region: montage, segmentation, synapses,
+# meshes; then again, which must repeat every task bit-identically.
+pipeline() { # request id; sets rc
+  local s; s=$(date +%s.%N)
+  echo
+  echo "== cnx-reprocess --workflow pipeline --roi $roi --request $1 --wait"
+  set +e
+  "$bin/cnx-reprocess" --brokers "$boot" --workflow pipeline --workflows "$root/workflows" \
+    --dataset "file://$out/synth" --roi "$roi" --deadline 24h --request "$1" --wait \
+    --timeout 900 2>&1 | tee "$out/$1.txt"
+  rc=${PIPESTATUS[0]}
+  set -e
+  printf '%s\t%s\n' "reprocess $1" "$(elapsed "$s")" >>"$out/times.tsv"
+}
+pipeline demo-pipe
+rc3=$rc
 [ "$rc3" -eq 0 ] || problems+=("pipeline cnx-reprocess exited $rc3")
+pipeline demo-pipe2
+rc4=$rc
+[ "$rc4" -eq 0 ] || problems+=("second pipeline cnx-reprocess exited $rc4 (0: every repeated task bit-identical)")
 
 # Metrics while the processes still run, then stop them all.
 scrape() { # port, metric line pattern -> the sum of the matching samples
@@ -214,11 +237,28 @@ read -r repeated identical ntasks <<<"$(q -separator ' ' "SELECT
     FROM requests WHERE id = 'demo-run2'")"
 [ "${repeated:-0}" -gt 0 ] && [ "$repeated" = "$identical" ] && [ "$repeated" = "$ntasks" ] ||
   problems+=("second run: $identical of $repeated repeated tasks identical, $ntasks tasks")
+read -r prepeated pidentical pntasks <<<"$(q -separator ' ' "SELECT
+    json_extract(summary, '\$.repeated'), json_extract(summary, '\$.identical'), tasks
+    FROM requests WHERE id = 'demo-pipe2'")"
+[ "${prepeated:-0}" -gt 0 ] && [ "$prepeated" = "$pidentical" ] && [ "$prepeated" = "$pntasks" ] ||
+  problems+=("second pipeline run: $pidentical of $prepeated repeated tasks identical, $pntasks tasks")
+echo
+echo "the pipeline, stage by stage (request demo-pipe; elapsed = first start to last finish):"
+q -table "SELECT c.stage, c.worker, c.tasks,
+    printf('%.1f', (julianday(max(a.finished)) - julianday(min(a.started))) * 86400) AS elapsed_s,
+    printf('%.1f', c.wall_s) AS task_s, printf('%.1f', c.mvx_per_s) AS mvx_per_s
+    FROM stage_costs c JOIN tasks t ON t.request = c.request AND t.stage = c.stage
+    JOIN attempts a ON a.task_key = t.task_key AND a.request = t.request
+      AND a.state = 'succeeded'
+    WHERE c.request = 'demo-pipe' GROUP BY c.stage ORDER BY min(a.started)" |
+  tee "$out/pipeline-stages.txt"
+slo_line=$(q -separator ' ' "SELECT 'SLO ' || slo || ', outcome ' || coalesce(outcome, state) ||
+    ', deadline ' || deadline FROM requests WHERE id = 'demo-pipe'")
 
 echo
 echo "== the ledger checked independently (acceptance/ledger_check.py: Python sqlite3 + hashlib)"
 ledger_ok=0
-for r in demo-run1 demo-run2 demo-seg; do
+for r in demo-run1 demo-run2 demo-pipe demo-pipe2; do
   if python3 acceptance/ledger_check.py "$ledger" "$r"; then
     echo "$r: every task done once with a verified manifest; lineage hash chain intact; every output's bytes as recorded"
     ledger_ok=$((ledger_ok + 1))
@@ -240,6 +280,26 @@ if [ "$nenv" -gt 0 ]; then
 fi
 echo "$verified of $nenv envelopes verify (openssl pkeyutl -verify -rawin over the DSSE PAE); one: $(head -n1 "$out/verify_openssl.txt" 2>/dev/null)"
 [ "$nenv" -gt 0 ] && [ "$verified" -eq "$nenv" ] || problems+=("openssl verified $verified of $nenv envelopes")
+
+echo
+echo "== cnx-verify: every layer the runs wrote, against the trusted key, the git repository and the ledger"
+verify_args=(--trust "$out/trust" --ledger "$ledger" --quiet)
+if git -C "$root" rev-parse --git-dir >/dev/null 2>&1 && [ -z "$dirty" ]; then
+  verify_args+=(--repo "$root" --ref HEAD)
+  commit_note="commits checked against $root (reachable from HEAD)"
+else
+  commit_note="built from a modified tree or outside git: commits not checked"
+fi
+for layer in pyramid/v1 stitched/v1 fragments/v1 segmentation/v1; do
+  [ -d "$out/synth/$layer" ] && verify_args+=(--layer "file://$out/synth/$layer")
+done
+set +e
+"$bin/cnx-verify" "${verify_args[@]}" >"$out/verify.txt" 2>&1
+rc_verify=$?
+set -e
+tail -n 5 "$out/verify.txt"
+verify_line="$(tail -n 1 "$out/verify.txt") (exit $rc_verify; $commit_note)"
+[ "$rc_verify" -eq 0 ] || problems+=("cnx-verify found problems (exit $rc_verify, $out/verify.txt)")
 
 echo
 echo "== segmentation/v1 against the ground truth (acceptance/seg_check.py: numpy + scikit-image)"
@@ -305,18 +365,23 @@ python3 -c "import json,sys; t=json.load(open(sys.argv[1])); print('tile set: %d
 sed -n 's/^request \(demo-run[12]\): done in [^(]*(\([^)]*\)).*$/\1: done in \2/p' "$out"/demo-run*.txt | tr '\n' ';' |
   sed 's/;$/\n/; s/;/; /g' | sed 's/^/reprocess pyramid: /'
 echo "second run: $identical of $repeated repeated tasks bit-identical (cnx-reprocess exit $rc2)"
+echo "pipeline: demo-pipe $slo_line; second run $pidentical of $prepeated repeated tasks bit-identical (cnx-reprocess exit $rc4)"
 echo "montage: $mont_line"
 echo "segmentation: $seg_line"
 echo "synapses: $syn_line"
-echo "manifests: $verified of $nenv verified with the openssl CLI alone; ledger checked independently for $ledger_ok of 3 requests"
+echo "manifests: $verified of $nenv verified with the openssl CLI alone; ledger checked independently for $ledger_ok of 4 requests"
+echo "cnx-verify: $verify_line"
 echo "worker metrics: $w_metrics"
 echo "controller metrics: ${c_metrics:-(none)}"
-python3 - "$out/synth" <<'PY'
+python3 - "$out/synth" >"$out/digests.txt" <<'PY'
 import hashlib, os, sys
 def digest(root, skip=()):
     h = hashlib.sha256(); n = 0
     for dirpath, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if os.path.join(dirpath, d) not in skip)
+        # lineage/ holds each run's signed envelopes (their times differ);
+        # the digest is of the data.
+        dirs[:] = sorted(d for d in dirs if os.path.join(dirpath, d) not in skip
+                         and d != "lineage")
         for name in sorted(names):
             p = os.path.join(dirpath, name)
             h.update(os.path.relpath(p, root).encode() + b"\0")
@@ -329,12 +394,50 @@ print("synthetic dataset digest (%d files): sha256:%s" % digest(root, set(made))
 for d in made:
     if os.path.isdir(d):
         print("%s/v1 digest (%d files): sha256:%s" % ((os.path.basename(d),) + digest(d)))
-print("(same seed and build, same digests on every run)")
 PY
+cat "$out/digests.txt"
+# A second invocation compares its digests with the first's (kept outside
+# $out, which each invocation starts afresh).
+last=$out.last-digests
+build_id=$("$bin/cnx-reprocess" --version 2>/dev/null | head -n1 || true)
+if [ -f "$last" ] && [ "$(head -n1 "$last")" = "shape $shape roi $roi" ]; then
+  if diff -q <(tail -n +3 "$last") "$out/digests.txt" >/dev/null; then
+    echo "same digests as the previous invocation ($(sed -n 2p "$last")): bit-identical outputs"
+  elif [ "$(sed -n 2p "$last" | cut -d' ' -f2-)" = "$build_id" ]; then
+    echo "DIFFERENT digests from the previous invocation of the same build:"
+    diff <(tail -n +3 "$last") "$out/digests.txt" || true
+    problems+=("outputs differ from the previous invocation of the same build")
+  else
+    echo "digests differ from the previous invocation, made by another build ($(sed -n 2p "$last"))"
+  fi
+else
+  echo "(no previous invocation with these settings: run the demo again to compare its outputs with this one's)"
+fi
+{ echo "shape $shape roi $roi"; echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) $build_id"; cat "$out/digests.txt"; } >"$last"
 awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "total %.1f s\n", b-a}'
-echo "layers are under $out (Neuroglancer: serve the directory over HTTP and add precomputed://http://HOST:PORT/<layer>)"
+port=${CNX_DEMO_PORT:-8080}
+ng="http://127.0.0.1:$port"
+echo
+echo "Look at the result in Neuroglancer: serve $out with CORS,"
+echo "  python3 scripts/serve.py $out --port $port     (or: bash scripts/demo.sh --serve)"
+echo "then add these sources in Neuroglancer (https://neuroglancer-demo.appspot.com):"
+for l in synth/image synth/stitched/v1 synth/segmentation/v1; do echo "  precomputed://$ng/$l"; done
+python3 - "$ng" <<'PY'
+import json, sys, urllib.parse
+ng = sys.argv[1]
+state = {"layers": [
+    {"type": "image", "source": "precomputed://%s/synth/image" % ng, "name": "image"},
+    {"type": "segmentation", "source": "precomputed://%s/synth/segmentation/v1" % ng,
+     "name": "segmentation"}],
+    "layout": "4panel"}
+print("or open: https://neuroglancer-demo.appspot.com/#!" +
+      urllib.parse.quote(json.dumps(state, separators=(",", ":")), safe=""))
+PY
 if [ ${#problems[@]} -gt 0 ]; then
   printf 'FAILED: %s\n' "${problems[@]}" >&2
   exit 1
 fi
 echo "all checks passed"
+if [ "$serve" -eq 1 ]; then
+  exec python3 scripts/serve.py "$out" --port "$port" --quiet
+fi

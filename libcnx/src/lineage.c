@@ -8,7 +8,11 @@
  * no padding, other key order) keeps it valid. Envelopes are untrusted
  * input: size-limited (CNX_JSON_MAX, CNX_DSSE_MAX_SIGNATURES), checked field
  * by field, and the keyid is a hint only: every signature is tried against
- * every trusted key. Statements are built as jansson trees and serialised in
+ * every trusted key. The exact canonical envelope form (what cnx_dsse_sign
+ * writes) is read by a small strict scanner, anything else by jansson with
+ * every check, so both give the same fields and errors; the scanner saves
+ * most of an envelope's parse, a third of a verification. Statements are
+ * built as jansson trees and serialised in
  * canonical form, so equal provenance gives equal bytes.
  */
 #include "cnx/lineage.h"
@@ -713,21 +717,182 @@ static int decode_field(const char *text, size_t len, const char *path,
                          why);
 }
 
-int cnx_dsse_verify(const char *envelope, size_t len, cnx_key *const *trusted,
-                    size_t ntrusted, uint8_t **payload, size_t *payload_len,
-                    int *signer)
+/*
+ * The envelope's strings, found either by the fast reader below (the exact
+ * canonical form workers write) or by jansson (anything else). The
+ * pointers are into the envelope text or the jansson tree, not NUL-ended.
+ */
+typedef struct dsse_fields {
+    const char *payload, *type;
+    size_t payload_len, type_len;
+    size_t nsigs;
+    const char *sig[CNX_DSSE_MAX_SIGNATURES];
+    size_t sig_len[CNX_DSSE_MAX_SIGNATURES];
+    const char *hint[CNX_DSSE_MAX_SIGNATURES]; /* NUL-ended copies or NULL */
+    char hint_buf[CNX_DSSE_MAX_SIGNATURES][CNX_DIGEST_LEN];
+} dsse_fields;
+
+static int b64_char(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+           (c >= '0' && c <= '9') || c == '+' || c == '/' || c == '-' ||
+           c == '_' || c == '=';
+}
+
+/* Match `lit` at *p; advance. */
+static int lit(const char **p, const char *end, const char *text)
+{
+    size_t n = strlen(text);
+    if ((size_t)(end - *p) < n || memcmp(*p, text, n) != 0)
+        return 0;
+    *p += n;
+    return 1;
+}
+
+/* A string of `ok` characters up to '"' at *p (no escapes); advance past
+ * the closing quote. */
+static int plain_string(const char **p, const char *end, int b64,
+                        const char **s, size_t *n)
+{
+    const char *q = *p;
+    while (q < end && *q != '"') {
+        unsigned char c = (unsigned char)*q;
+        if (b64 ? !b64_char(c) : (c < 0x20 || c >= 0x7f || c == '\\'))
+            return 0;
+        q++;
+    }
+    if (q >= end)
+        return 0;
+    *s = *p;
+    *n = (size_t)(q - *p);
+    *p = q + 1;
+    return 1;
+}
+
+/*
+ * The canonical envelope, byte for byte:
+ * {"payload":"B64","payloadType":"T","signatures":[{"keyid":"K","sig":"B64"}
+ * (,{...})*]} with base64 strings, printable T and K without escapes, no
+ * whitespace. Such text is valid JSON with exactly the members jansson
+ * would find, so reading it directly gives the same fields, only faster
+ * (the envelope's long base64 strings dominate a jansson parse). Anything
+ * else returns 0 and goes to jansson.
+ */
+static int fast_fields(const char *text, size_t len, dsse_fields *f)
+{
+    const char *p = text, *end = text + len;
+    if (!lit(&p, end, "{\"payload\":\"") ||
+        !plain_string(&p, end, 1, &f->payload, &f->payload_len) ||
+        !lit(&p, end, ",\"payloadType\":\"") ||
+        !plain_string(&p, end, 0, &f->type, &f->type_len) ||
+        !lit(&p, end, ",\"signatures\":["))
+        return 0;
+    f->nsigs = 0;
+    for (;;) {
+        const char *kid;
+        size_t kid_len;
+        if (f->nsigs == CNX_DSSE_MAX_SIGNATURES ||
+            !lit(&p, end, "{\"keyid\":\"") ||
+            !plain_string(&p, end, 0, &kid, &kid_len) ||
+            kid_len >= CNX_DIGEST_LEN || !lit(&p, end, ",\"sig\":\"") ||
+            !plain_string(&p, end, 1, &f->sig[f->nsigs],
+                          &f->sig_len[f->nsigs]) ||
+            !lit(&p, end, "}"))
+            return 0;
+        memcpy(f->hint_buf[f->nsigs], kid, kid_len);
+        f->hint_buf[f->nsigs][kid_len] = '\0';
+        f->hint[f->nsigs] = f->hint_buf[f->nsigs];
+        f->nsigs++;
+        if (lit(&p, end, ","))
+            continue;
+        break;
+    }
+    return lit(&p, end, "]}") && p == end;
+}
+
+/* The fields through jansson, every check with its message; *env keeps
+ * the tree the pointers point into. */
+static int json_fields(const char *envelope, size_t len, json_t **envp,
+                       dsse_fields *f)
 {
     static const char *const env_keys[] = {"payload", "payloadType",
                                            "signatures", NULL};
     static const char *const sig_keys[] = {"keyid", "sig", NULL};
-    json_t *env = NULL;
+    json_t *env;
     const json_t *sigs;
-    const char *type, *text;
-    size_t type_len = 0, text_len = 0, nsigs, body_len = 0, pae_len = 0;
+    char path[48];
+    int rc = cnx__json_parse(envp, envelope, len, CNX_ESCHEMA, "envelope");
+    if (rc != 0)
+        return rc;
+    env = *envp;
+    if (!json_is_object(env))
+        return cnx_error_set(CNX_ESCHEMA, 0, "envelope: must be a JSON object");
+    rc = cnx__json_only_keys(env, env_keys, CNX_ESCHEMA, "envelope");
+    if (rc != 0)
+        return rc;
+    f->payload = get_string(env, "payload", "payload", &f->payload_len, &rc);
+    if (f->payload == NULL)
+        return rc;
+    f->type = get_string(env, "payloadType", "payloadType", &f->type_len, &rc);
+    if (f->type == NULL)
+        return rc;
+    sigs = json_object_get(env, "signatures");
+    if (sigs == NULL)
+        return cnx_error_set(CNX_ESCHEMA, 0, "envelope: signatures: missing");
+    if (!json_is_array(sigs))
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "envelope: signatures: must be an array");
+    f->nsigs = json_array_size(sigs);
+    if (f->nsigs < 1 || f->nsigs > CNX_DSSE_MAX_SIGNATURES)
+        return cnx_error_set(
+            CNX_ESCHEMA, 0,
+            "envelope: signatures: %zu signatures; 1 to %d allowed", f->nsigs,
+            CNX_DSSE_MAX_SIGNATURES);
+    for (size_t i = 0; i < f->nsigs; i++) {
+        const json_t *s = json_array_get(sigs, i);
+        const json_t *kid;
+        snprintf(path, sizeof(path), "signatures[%zu]", i);
+        if (!json_is_object(s))
+            return cnx_error_set(CNX_ESCHEMA, 0,
+                                 "envelope: %s: must be an object", path);
+        rc = cnx__json_only_keys(s, sig_keys, CNX_ESCHEMA, path);
+        if (rc != 0) {
+            cnx_error_wrap("envelope");
+            return rc;
+        }
+        kid = json_object_get(s, "keyid");
+        if (kid != NULL && !json_is_string(kid))
+            return cnx_error_set(CNX_ESCHEMA, 0,
+                                 "envelope: %s.keyid: must be a string", path);
+        f->hint[i] = kid != NULL ? json_string_value(kid) : NULL;
+        snprintf(path, sizeof(path), "signatures[%zu].sig", i);
+        f->sig[i] = get_string(s, "sig", path, &f->sig_len[i], &rc);
+        if (f->sig[i] == NULL)
+            return rc; /* an empty one is refused while decoding, in order */
+    }
+    return 0;
+}
+
+int cnx_dsse_verify(const char *envelope, size_t len, cnx_key *const *trusted,
+                    size_t ntrusted, uint8_t **payload, size_t *payload_len,
+                    int *signer)
+{
+    return cnx_dsse_verify_type(envelope, len, trusted, ntrusted, payload,
+                                payload_len, signer, NULL);
+}
+
+int cnx_dsse_verify_type(const char *envelope, size_t len,
+                         cnx_key *const *trusted, size_t ntrusted,
+                         uint8_t **payload, size_t *payload_len, int *signer,
+                         char **type_out)
+{
+    json_t *env = NULL;
+    dsse_fields *f = NULL;
+    char *type = NULL;
+    size_t body_len = 0, pae_len = 0;
     uint8_t *body = NULL, *pae = NULL;
     uint8_t *sig_raw[CNX_DSSE_MAX_SIGNATURES] = {NULL};
     size_t sig_len[CNX_DSSE_MAX_SIGNATURES] = {0};
-    const char *hint[CNX_DSSE_MAX_SIGNATURES] = {NULL};
     char path[48];
     int rc = 0, found = -1, named = -1;
 
@@ -737,92 +902,55 @@ int cnx_dsse_verify(const char *envelope, size_t len, cnx_key *const *trusted,
     }
     if (signer != NULL)
         *signer = -1;
+    if (type_out != NULL)
+        *type_out = NULL;
     if (ntrusted == 0)
         return cnx_error_set(CNX_EINVAL, 0,
                              "envelope: no trusted keys to verify it with");
-    rc = cnx__json_parse(&env, envelope, len, CNX_ESCHEMA, "envelope");
-    if (rc != 0)
-        return rc;
-    if (!json_is_object(env)) {
-        rc = cnx_error_set(CNX_ESCHEMA, 0, "envelope: must be a JSON object");
-        goto done;
-    }
-    rc = cnx__json_only_keys(env, env_keys, CNX_ESCHEMA, "envelope");
-    if (rc != 0)
-        goto done;
-    text = get_string(env, "payload", "payload", &text_len, &rc);
-    if (text == NULL)
-        goto done;
-    type = get_string(env, "payloadType", "payloadType", &type_len, &rc);
-    if (type == NULL)
-        goto done;
-    sigs = json_object_get(env, "signatures");
-    if (sigs == NULL) {
-        rc = cnx_error_set(CNX_ESCHEMA, 0, "envelope: signatures: missing");
-        goto done;
-    }
-    if (!json_is_array(sigs)) {
-        rc = cnx_error_set(CNX_ESCHEMA, 0,
-                           "envelope: signatures: must be an array");
-        goto done;
-    }
-    nsigs = json_array_size(sigs);
-    if (nsigs < 1 || nsigs > CNX_DSSE_MAX_SIGNATURES) {
-        rc = cnx_error_set(
-            CNX_ESCHEMA, 0,
-            "envelope: signatures: %zu signatures; 1 to %d allowed", nsigs,
-            CNX_DSSE_MAX_SIGNATURES);
-        goto done;
-    }
-    for (size_t i = 0; i < nsigs; i++) {
-        const json_t *s = json_array_get(sigs, i);
-        const json_t *kid;
-        const char *sig_text;
-        size_t sig_text_len = 0;
-        snprintf(path, sizeof(path), "signatures[%zu]", i);
-        if (!json_is_object(s)) {
-            rc = cnx_error_set(CNX_ESCHEMA, 0,
-                               "envelope: %s: must be an object", path);
+    if (len > CNX_JSON_MAX)
+        return cnx_error_set(CNX_ETOOBIG, 0,
+                             "envelope: %zu bytes, over the %u byte limit",
+                             len, CNX_JSON_MAX);
+    f = malloc(sizeof(*f));
+    if (f == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "dsse: out of memory");
+    if (!fast_fields(envelope, len, f)) {
+        rc = json_fields(envelope, len, &env, f);
+        if (rc != 0)
             goto done;
-        }
-        rc = cnx__json_only_keys(s, sig_keys, CNX_ESCHEMA, path);
-        if (rc != 0) {
-            cnx_error_wrap("envelope");
-            goto done;
-        }
-        kid = json_object_get(s, "keyid");
-        if (kid != NULL && !json_is_string(kid)) {
-            rc = cnx_error_set(CNX_ESCHEMA, 0,
-                               "envelope: %s.keyid: must be a string", path);
-            goto done;
-        }
-        hint[i] = kid != NULL ? json_string_value(kid) : NULL;
+    }
+    for (size_t i = 0; i < f->nsigs; i++) {
         snprintf(path, sizeof(path), "signatures[%zu].sig", i);
-        sig_text = get_string(s, "sig", path, &sig_text_len, &rc);
-        if (sig_text == NULL)
-            goto done;
-        if (sig_text_len == 0) {
+        if (f->sig_len[i] == 0) {
             rc = cnx_error_set(CNX_ESCHEMA, 0, "envelope: %s: empty", path);
             goto done;
         }
-        rc = decode_field(sig_text, sig_text_len, path, &sig_raw[i],
+        rc = decode_field(f->sig[i], f->sig_len[i], path, &sig_raw[i],
                           &sig_len[i]);
         if (rc != 0)
             goto done;
     }
-    rc = decode_field(text, text_len, "payload", &body, &body_len);
+    rc = decode_field(f->payload, f->payload_len, "payload", &body,
+                      &body_len);
     if (rc != 0)
         goto done;
     /* The PAE takes the type's byte length; json strings hold no NUL. */
+    type = malloc(f->type_len + 1);
+    if (type == NULL) {
+        rc = cnx_error_set(CNX_ENOMEM, 0, "dsse: out of memory");
+        goto done;
+    }
+    memcpy(type, f->type, f->type_len);
+    type[f->type_len] = '\0';
     rc = cnx_dsse_pae(type, body, body_len, &pae, &pae_len);
     if (rc != 0)
         goto done;
-    for (size_t i = 0; i < nsigs && found < 0; i++) {
+    for (size_t i = 0; i < f->nsigs && found < 0; i++) {
         for (size_t k = 0; k < ntrusted; k++) {
             int ok;
             assert(trusted[k] != NULL);
-            if (named < 0 && hint[i] != NULL &&
-                strcmp(hint[i], trusted[k]->id) == 0)
+            if (named < 0 && f->hint[i] != NULL &&
+                strcmp(f->hint[i], trusted[k]->id) == 0)
                 named = (int)i;
             ok = ed25519_verify(trusted[k], pae, pae_len, sig_raw[i],
                                 sig_len[i]);
@@ -841,17 +969,17 @@ int cnx_dsse_verify(const char *envelope, size_t len, cnx_key *const *trusted,
             CNX_EDIGEST, 0,
             "envelope: signatures[%d] names trusted key %s but does not "
             "verify: the payload, payloadType or signature was altered",
-            named, hint[named]);
+            named, f->hint[named]);
         goto done;
     }
     if (found < 0) {
         char kid[81];
-        printable(kid, sizeof(kid), hint[0]);
+        printable(kid, sizeof(kid), f->hint[0]);
         rc = cnx_error_set(CNX_EDIGEST, 0,
                            "envelope: none of its %zu signature(s) verifies "
                            "with any of the %zu trusted key(s): signed by an "
                            "untrusted key (keyid '%s'), or altered",
-                           nsigs, ntrusted, kid);
+                           f->nsigs, ntrusted, kid);
         goto done;
     }
     if (signer != NULL)
@@ -861,11 +989,17 @@ int cnx_dsse_verify(const char *envelope, size_t len, cnx_key *const *trusted,
         *payload_len = body_len;
         body = NULL;
     }
+    if (type_out != NULL) {
+        *type_out = type;
+        type = NULL;
+    }
 done:
     for (size_t i = 0; i < CNX_DSSE_MAX_SIGNATURES; i++)
         free(sig_raw[i]);
+    free(type);
     free(body);
     free(pae);
+    free(f);
     json_decref(env);
     return rc;
 }

@@ -12,6 +12,7 @@
  */
 #include "cnx/store.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -576,4 +577,114 @@ done:
         close(lock_fd); /* releases the flock */
     free(old);
     return rc;
+}
+
+/* ---- listing --------------------------------------------------------- */
+
+static int cmp_cstr(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * List directory `rel` (relative to the store root; "" for the root),
+ * depth first, entries in byte order. A directory's entries are read
+ * whole and sorted before any is visited, so "a/b" comes after "a" and
+ * before "a0" only when byte order says so: names are compared whole.
+ */
+static int list_dir(const cnx_store *store, const char *rel,
+                    cnx_store_list_fn fn, void *ctx, int depth)
+{
+    char path[PATH_MAX], child[PATH_MAX];
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    DIR *dir;
+    int rc = 0;
+
+    if (depth > 64)
+        return cnx_error_set(CNX_EIO, 0, "store: %.200s: directories nested "
+                             "over 64 deep", rel);
+    if (snprintf(path, sizeof(path), "%s%s%s", store->root, rel[0] ? "/" : "",
+                 rel) >= (int)sizeof(path))
+        return cnx_error_set(CNX_ENAME, 0, "store: path too long: %.100s",
+                             rel);
+    dir = opendir(path);
+    if (dir == NULL) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return 0;
+        return cnx_error_set(CNX_EIO, 1, "store: cannot list %s: %s", path,
+                             strerror(errno));
+    }
+    while ((de = readdir(dir)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+            strncmp(de->d_name, ".tmp.", 5) == 0)
+            continue;
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            char **grown = realloc(names, ncap * sizeof(*names));
+            if (grown == NULL) {
+                rc = cnx_error_set(CNX_ENOMEM, 0, "store: out of memory");
+                goto done;
+            }
+            names = grown;
+            cap = ncap;
+        }
+        names[n] = strdup(de->d_name);
+        if (names[n] == NULL) {
+            rc = cnx_error_set(CNX_ENOMEM, 0, "store: out of memory");
+            goto done;
+        }
+        n++;
+    }
+    if (n > 1)
+        qsort(names, n, sizeof(*names), cmp_cstr);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        struct stat st;
+        char full[PATH_MAX];
+        if (snprintf(child, sizeof(child), "%s%s%s", rel, rel[0] ? "/" : "",
+                     names[i]) >= (int)sizeof(child) ||
+            snprintf(full, sizeof(full), "%s/%s", store->root, child) >=
+                (int)sizeof(full)) {
+            rc = cnx_error_set(CNX_ENAME, 0, "store: path too long: %.100s",
+                               names[i]);
+            break;
+        }
+        if (lstat(full, &st) != 0) {
+            if (errno == ENOENT)
+                continue; /* removed while listing */
+            rc = cnx_error_set(CNX_EIO, 1, "store: cannot stat %s: %s", full,
+                               strerror(errno));
+            break;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            rc = list_dir(store, child, fn, ctx, depth + 1);
+        } else if (S_ISLNK(st.st_mode)) {
+            if (stat(full, &st) == 0 && S_ISDIR(st.st_mode))
+                continue;
+            rc = fn(ctx, child);
+        } else {
+            rc = fn(ctx, child);
+        }
+    }
+done:
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    closedir(dir);
+    return rc;
+}
+
+int cnx_store_list(cnx_store *store, const char *prefix, cnx_store_list_fn fn,
+                   void *ctx)
+{
+    if (prefix != NULL && prefix[0] != '\0') {
+        int rc = cnx_store_check_name(prefix);
+        if (rc != 0)
+            return rc;
+    }
+    if (store->root == NULL)
+        return cnx_error_set(CNX_EUNSUPPORTED, 0,
+                             "store %s cannot be listed", store->url);
+    return list_dir(store, prefix != NULL ? prefix : "", fn, ctx, 0);
 }

@@ -110,6 +110,25 @@ void cnx_store_abandon_writes(void);
 /** @param[out] exists 1 if the object exists. @return 0, CNX_ENAME, CNX_EIO. */
 int cnx_store_exists(cnx_store *store, const char *name, int *exists);
 
+/**
+ * Called by cnx_store_list once per object, with its name in the store.
+ * @return 0 to go on; anything else stops the listing and is returned.
+ */
+typedef int (*cnx_store_list_fn)(void *ctx, const char *name);
+
+/**
+ * List every object whose name lies under prefix (a directory-like name:
+ * "lineage" lists "lineage/..."; "" or NULL lists the whole store),
+ * recursively, in byte order of name. Temporary files of puts in flight
+ * (".tmp.*") are not objects and are skipped; so are links to directories.
+ * A prefix that does not exist lists nothing.
+ * @return 0; the callback's non-zero value; CNX_ENAME for a bad prefix;
+ *         CNX_EUNSUPPORTED for a store that cannot list; CNX_EIO;
+ *         CNX_ENOMEM.
+ */
+int cnx_store_list(cnx_store *store, const char *prefix, cnx_store_list_fn fn,
+                   void *ctx);
+
 #ifdef __cplusplus
 }
 #endif

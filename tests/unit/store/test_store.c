@@ -327,6 +327,68 @@ static void test_store__concurrent_swaps_lose_no_update(void **state)
     cnx_test_rmtree(dir);
 }
 
+typedef struct listing {
+    char names[16][64];
+    size_t n;
+    int stop_after;
+} listing;
+
+static int collect(void *ctx, const char *name)
+{
+    listing *l = ctx;
+    if (l->n >= 16)
+        return -100;
+    snprintf(l->names[l->n++], 64, "%s", name);
+    return l->stop_after > 0 && (int)l->n == l->stop_after ? 7 : 0;
+}
+
+static void test_store__list_is_sorted_recursive_and_skips_temporaries(
+    void **state)
+{
+    static const char *objects[] = {"info", "b/2", "a0", "a/x/1", "a/y",
+                                    "lineage/k/d.dsse.json"};
+    char dir[64], path[128];
+    cnx_store *s;
+    listing l;
+    FILE *f;
+    (void)state;
+    cnx_test_tmpdir(dir);
+    assert_int_equal(cnx_store_open(&s, dir), 0);
+    for (size_t i = 0; i < sizeof(objects) / sizeof(objects[0]); i++)
+        assert_int_equal(cnx_store_put(s, objects[i], "x", 1, NULL), 0);
+    snprintf(path, sizeof(path), "%s/a/.tmp.1.2", dir);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(cnx_store_list(s, NULL, collect, &l), 0);
+    assert_int_equal(l.n, 6);
+    assert_string_equal(l.names[0], "a/x/1");
+    assert_string_equal(l.names[1], "a/y");
+    assert_string_equal(l.names[2], "a0");
+    assert_string_equal(l.names[3], "b/2");
+    assert_string_equal(l.names[4], "info");
+    assert_string_equal(l.names[5], "lineage/k/d.dsse.json");
+
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(cnx_store_list(s, "lineage", collect, &l), 0);
+    assert_int_equal(l.n, 1);
+    assert_string_equal(l.names[0], "lineage/k/d.dsse.json");
+
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(cnx_store_list(s, "missing", collect, &l), 0);
+    assert_int_equal(l.n, 0);
+    assert_int_equal(cnx_store_list(s, "../up", collect, &l), CNX_ENAME);
+
+    memset(&l, 0, sizeof(l));
+    l.stop_after = 2;
+    assert_int_equal(cnx_store_list(s, "", collect, &l), 7);
+    assert_int_equal(l.n, 2);
+    cnx_store_free(s);
+    cnx_test_rmtree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -339,6 +401,8 @@ int main(void)
         cmocka_unit_test(test_store__killed_writer_leaves_no_partial_object),
         cmocka_unit_test(test_store__swap_is_compare_and_swap),
         cmocka_unit_test(test_store__concurrent_swaps_lose_no_update),
+        cmocka_unit_test(
+            test_store__list_is_sorted_recursive_and_skips_temporaries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
