@@ -10,7 +10,8 @@
 #  2. a parameter edited in a stored payload              -> signature
 #  3. a payload re-signed with an untrusted key (openssl) -> signature
 #  4. an input chunk swapped for another with a valid
-#     manifest of its own                                 -> input
+#     manifest of its own                                 -> subject, naming
+#                                                            whose bytes it holds
 #  5. a ledger row deleted, and one edited                -> ledger
 #  6. a stored manifest removed                           -> coverage
 #  7. a code commit that is not in the repository         -> commit
@@ -47,10 +48,11 @@ verify() { # extra args...; output in $WORK/verify.out, exit status in VRC
   VRC=$?
   set -e
 }
-finds() { # check, text: cnx-verify exits 1 with a finding "<...>: check: ...text..."
+finds() { # check, text: cnx-verify exits 1 with a finding "<object>: check: <reason>"
+  # whose line (object or reason) holds text
   verify
   echo "  exit $VRC: $(grep -m1 ": $1: " "$WORK/verify.out" || head -n1 "$WORK/verify.out")"
-  [ "$VRC" -eq 1 ] && grep -q ": $1: .*$2" "$WORK/verify.out"
+  [ "$VRC" -eq 1 ] && grep ": $1: " "$WORK/verify.out" | grep -qF -- "$2"
 }
 clean() { verify "$@"; [ "$VRC" -eq 0 ]; }
 
@@ -125,7 +127,8 @@ restore "$DS2_ENV"
 # 4. An input chunk swapped for another that has a valid manifest of its own.
 keep "$LAYER/$B"
 cp "$LAYER/$A" "$LAYER/$B"
-check "4. $B swapped for $A: input" finds input "$B"
+check "4. $B swapped for $A: subject, naming the chunk whose bytes it now holds" \
+  finds subject "the bytes of file://$LAYER/$A"
 restore "$LAYER/$B"
 
 # 5. A ledger row deleted; another edited.
@@ -136,14 +139,14 @@ check "5. a ledger lineage row deleted: ledger" finds ledger "chain"
 cp "$WORK/ledger.saved" "$LEDGER"
 sqlite3 "$LEDGER" "UPDATE lineage SET stage = 'forged' WHERE (partition, offset) IN
   (SELECT partition, offset FROM lineage ORDER BY partition, offset LIMIT 1 OFFSET 1)"
-check "5. a ledger lineage row edited: ledger" finds ledger "partition"
+check "5. a ledger lineage row edited: ledger" finds ledger "the row was edited"
 cp "$WORK/ledger.saved" "$LEDGER"
 
 # 6. A stored manifest removed.
 GONE=$(find "$LAYER/lineage" -name '*.dsse.json' | sort | head -n1)
 keep "$GONE"
 rm -f "$GONE"
-check "6. a manifest removed: coverage" finds coverage "no manifest"
+check "6. a manifest removed: coverage" finds coverage "manifest covers it"
 restore "$GONE"
 
 # 7. A repository that lacks the commit the workers were built from.

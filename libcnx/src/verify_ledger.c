@@ -15,6 +15,8 @@
 #include <string.h>
 
 #include "cnx/error.h"
+#include "cnx/lineage.h"
+#include "json_int.h"
 #include "verify_int.h"
 
 #define GENESIS \
@@ -165,6 +167,10 @@ int vf_ledger_has_request(vf_ledger *l, const char *request)
     return rc == SQLITE_DONE ? 0 : sql_fail(l, "requests");
 }
 
+static int check_derived(vf_findings *out, const char *object,
+                         const char *env, size_t len, const char *task_key,
+                         const char *request, const char *stage);
+
 int vf_ledger_check_chain(vf_ledger *l, vf_findings *out, size_t *rows)
 {
     sqlite3_stmt *st = NULL;
@@ -175,7 +181,8 @@ int vf_ledger_check_chain(vf_ledger *l, vf_findings *out, size_t *rows)
     *rows = 0;
     if (sqlite3_prepare_v2(l->db,
                            "SELECT partition, offset, envelope_digest, "
-                           "verified, prev, row_digest, envelope FROM lineage "
+                           "verified, prev, row_digest, envelope, task_key, "
+                           "request, stage FROM lineage "
                            "ORDER BY partition, offset",
                            -1, &st, NULL) != SQLITE_OK)
         return sql_fail(l, "lineage");
@@ -223,6 +230,11 @@ int vf_ledger_check_chain(vf_ledger *l, vf_findings *out, size_t *rows)
             rc = vf_add(out, object, "ledger",
                         "envelope hashes to %s, not its envelope_digest %s "
                         "(the envelope was edited)", digest, env_digest);
+        if (rc == 0 && strcmp(digest, env_digest) == 0)
+            rc = check_derived(out, object, env,
+                               (size_t)sqlite3_column_bytes(st, 6),
+                               text_or(st, 7, NULL), text_or(st, 8, NULL),
+                               text_or(st, 9, NULL));
         /* Go on from the stored digest, so one edit is one finding. */
         snprintf(prev, sizeof(prev), "%s", row);
         last = off;
@@ -230,6 +242,59 @@ int vf_ledger_check_chain(vf_ledger *l, vf_findings *out, size_t *rows)
     if (rc == 0 && step != SQLITE_DONE)
         rc = sql_fail(l, "lineage");
     sqlite3_finalize(st);
+    return rc;
+}
+
+/*
+ * The row's columns derived from its envelope (task key, request, stage)
+ * are outside the hash chain, so they are checked against the envelope
+ * itself: an edit there is as visible as one in the chained fields. An
+ * envelope that does not parse says nothing here (the chain and the
+ * envelope's own checks speak for it). @return 0, or an error from vf_add.
+ */
+static int check_derived(vf_findings *out, const char *object,
+                         const char *env, size_t len, const char *task_key,
+                         const char *request, const char *stage)
+{
+    json_t *e = NULL, *st = NULL;
+    uint8_t *body = NULL;
+    size_t blen = 0;
+    const char *want[3] = {NULL, NULL, NULL};
+    static const char *const col[3] = {"task_key", "request", "stage"};
+    const char *have[3] = {task_key, request, stage};
+    int rc = 0;
+
+    if (cnx__json_parse(&e, env, len, CNX_ECORRUPT, "envelope") != 0) {
+        cnx_error_clear();
+        return 0;
+    }
+    {
+        const json_t *pl = json_object_get(e, "payload");
+        if (json_is_string(pl) &&
+            cnx_base64_decode(json_string_value(pl), json_string_length(pl),
+                              &body, &blen) == 0 &&
+            cnx__json_parse(&st, (const char *)body, blen, CNX_ECORRUPT,
+                            "statement") == 0) {
+            const json_t *ext = json_object_get(
+                json_object_get(json_object_get(st, "predicate"),
+                                "buildDefinition"),
+                "externalParameters");
+            want[0] = json_string_value(json_object_get(ext, "taskKey"));
+            want[1] = json_string_value(
+                json_object_get(json_object_get(ext, "task"), "request"));
+            want[2] = json_string_value(json_object_get(ext, "stage"));
+        }
+        cnx_error_clear();
+    }
+    for (int i = 0; i < 3 && rc == 0; i++)
+        if (want[i] != NULL && have[i] != NULL && strcmp(want[i], have[i]) != 0)
+            rc = vf_add(out, object, "ledger",
+                        "the row's %s is '%.128s' but its envelope says "
+                        "'%.128s' (the row was edited)",
+                        col[i], have[i], want[i]);
+    json_decref(st);
+    json_decref(e);
+    free(body);
     return rc;
 }
 
