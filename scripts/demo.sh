@@ -293,12 +293,14 @@ fi
 for layer in pyramid/v1 stitched/v1 fragments/v1 segmentation/v1; do
   [ -d "$out/synth/$layer" ] && verify_args+=(--layer "file://$out/synth/$layer")
 done
+s=$(date +%s.%N)
 set +e
 "$bin/cnx-verify" "${verify_args[@]}" >"$out/verify.txt" 2>&1
 rc_verify=$?
 set -e
+printf '%s\t%s\n' "cnx-verify" "$(elapsed "$s")" >>"$out/times.tsv"
 tail -n 5 "$out/verify.txt"
-verify_line="$(tail -n 1 "$out/verify.txt") (exit $rc_verify; $commit_note)"
+verify_line="$(tail -n 1 "$out/verify.txt" | sed 's/^cnx-verify: //') (exit $rc_verify; $commit_note)"
 [ "$rc_verify" -eq 0 ] || problems+=("cnx-verify found problems (exit $rc_verify, $out/verify.txt)")
 
 echo
