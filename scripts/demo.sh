@@ -150,47 +150,36 @@ else
   echo "(no $shared/data/isbi2012: skipping the ISBI ingest)"
 fi
 
-# cnx-reprocess: the pyramid workflow (two downsampling levels of the image
-# layer into pyramid/v1) over the region; its progress and summary go to
-# the terminal and to $out/<request>.txt. Sets rc.
-reprocess() { # request id
+# cnx-reprocess of a workflow over the region; its progress and summary go
+# to the terminal and to $out/<request>.txt. Sets rc.
+reprocess() { # workflow, request id
   local s; s=$(date +%s.%N)
   echo
-  echo "== cnx-reprocess --workflow pyramid --roi $roi --request $1 --wait"
+  echo "== cnx-reprocess --workflow $1 --roi $roi --request $2 --wait"
   set +e
-  "$bin/cnx-reprocess" --brokers "$boot" --workflow pyramid --workflows "$root/workflows" \
-    --dataset "file://$out/synth" --roi "$roi" --deadline 24h --request "$1" --wait \
-    --timeout 600 2>&1 | tee "$out/$1.txt"
+  "$bin/cnx-reprocess" --brokers "$boot" --workflow "$1" --workflows "$root/workflows" \
+    --dataset "file://$out/synth" --roi "$roi" --deadline 24h --request "$2" --wait \
+    --timeout 900 2>&1 | tee "$out/$2.txt"
   rc=${PIPESTATUS[0]}
   set -e
-  printf '%s\t%s\n' "reprocess $1" "$(elapsed "$s")" >>"$out/times.tsv"
+  printf '%s\t%s\n' "reprocess $2" "$(elapsed "$s")" >>"$out/times.tsv"
 }
 problems=()
-reprocess demo-run1
+# The pyramid workflow: two downsampling levels of the image into
+# pyramid/v1, twice.
+reprocess pyramid demo-run1
 rc1=$rc
 [ "$rc1" -eq 0 ] || problems+=("first cnx-reprocess exited $rc1")
-reprocess demo-run2
+reprocess pyramid demo-run2
 rc2=$rc
 [ "$rc2" -eq 0 ] || problems+=("second cnx-reprocess exited $rc2 (0: every repeated task bit-identical)")
 
 # The whole pipeline over the region: montage, segmentation, synapses,
 # meshes; then again, which must repeat every task bit-identically.
-pipeline() { # request id; sets rc
-  local s; s=$(date +%s.%N)
-  echo
-  echo "== cnx-reprocess --workflow pipeline --roi $roi --request $1 --wait"
-  set +e
-  "$bin/cnx-reprocess" --brokers "$boot" --workflow pipeline --workflows "$root/workflows" \
-    --dataset "file://$out/synth" --roi "$roi" --deadline 24h --request "$1" --wait \
-    --timeout 900 2>&1 | tee "$out/$1.txt"
-  rc=${PIPESTATUS[0]}
-  set -e
-  printf '%s\t%s\n' "reprocess $1" "$(elapsed "$s")" >>"$out/times.tsv"
-}
-pipeline demo-pipe
+reprocess pipeline demo-pipe
 rc3=$rc
 [ "$rc3" -eq 0 ] || problems+=("pipeline cnx-reprocess exited $rc3")
-pipeline demo-pipe2
+reprocess pipeline demo-pipe2
 rc4=$rc
 [ "$rc4" -eq 0 ] || problems+=("second pipeline cnx-reprocess exited $rc4 (0: every repeated task bit-identical)")
 
