@@ -51,6 +51,10 @@ struct cnx_key {
     EVP_PKEY *pkey;
     int has_private;
     char id[CNX_DIGEST_LEN];
+    /* EVP_DigestVerifyInit done once (it fetches the algorithm: a few
+     * microseconds, more than copying): a verification works on a copy.
+     * Never changed after key_finish; NULL: initialise each time. */
+    EVP_MD_CTX *verify_ctx;
 };
 
 /* ---- OpenSSL glue ---------------------------------------------------- */
@@ -88,6 +92,14 @@ static int key_finish(cnx_key *key)
                              ossl_reason(why, sizeof(why)));
     cnx_digest(der, (size_t)n, key->id);
     OPENSSL_free(der);
+    key->verify_ctx = EVP_MD_CTX_new();
+    if (key->verify_ctx != NULL &&
+        EVP_DigestVerifyInit(key->verify_ctx, NULL, NULL, NULL, key->pkey) !=
+            1) {
+        EVP_MD_CTX_free(key->verify_ctx);
+        key->verify_ctx = NULL;
+    }
+    ERR_clear_error();
     return 0;
 }
 
@@ -122,6 +134,7 @@ void cnx_key_free(cnx_key *key)
 {
     if (key == NULL)
         return;
+    EVP_MD_CTX_free(key->verify_ctx);
     EVP_PKEY_free(key->pkey);
     free(key);
 }
@@ -461,27 +474,39 @@ char *cnx_base64_encode(const void *data, size_t len)
     return out;
 }
 
-/* 6-bit value of c in the standard or the URL-safe alphabet, or -1. */
-static int b64_value(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+' || c == '-')
-        return 62;
-    if (c == '/' || c == '_')
-        return 63;
-    return -1;
-}
+/* 6-bit value of each byte in the standard or the URL-safe alphabet;
+ * 255 for any other byte. */
+static const uint8_t b64_dec[256] = {
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 62, 255, 62, 255, 63,
+    52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 255, 255,
+    255, 255, 255, 255, 255, 0, 1, 2, 3, 4, 5, 6,
+    7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18,
+    19, 20, 21, 22, 23, 24, 25, 255, 255, 255, 255, 63,
+    255, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36,
+    37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48,
+    49, 50, 51, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255,
+    255, 255, 255, 255,
+};
 
 int cnx_base64_decode(const char *text, size_t len, uint8_t **out,
                       size_t *out_len)
 {
-    size_t n = len, pad = 0, outn, o = 0;
-    uint32_t acc = 0;
+    const unsigned char *t = (const unsigned char *)text;
+    size_t n = len, pad = 0, outn, o = 0, i = 0;
+    uint32_t acc = 0, bad = 0;
     int bits = 0;
     uint8_t *buf;
 
@@ -503,28 +528,42 @@ int cnx_base64_decode(const char *text, size_t len, uint8_t **out,
     buf = malloc(outn + 1);
     if (buf == NULL)
         return cnx_error_set(CNX_ENOMEM, 0, "base64: out of memory");
-    for (size_t i = 0; i < n; i++) {
-        int v = b64_value((unsigned char)text[i]);
-        if (v < 0) {
-            unsigned char c = (unsigned char)text[i];
-            free(buf);
-            if (c >= 0x20 && c < 0x7f)
-                return cnx_error_set(CNX_EINVAL, 0,
-                                     "base64: character '%c' at offset %zu is "
-                                     "not in the standard or URL-safe alphabet",
-                                     c, i);
-            return cnx_error_set(CNX_EINVAL, 0,
-                                 "base64: byte 0x%02x at offset %zu is not in "
-                                 "the standard or URL-safe alphabet",
-                                 c, i);
-        }
-        acc = acc << 6 | (uint32_t)v;
+    /* Whole groups of 4 characters (3 bytes), a table lookup each; a
+     * character outside the alphabet sets bit 7 of bad. */
+    for (; i + 4 <= n; i += 4) {
+        uint32_t a = b64_dec[t[i]], b = b64_dec[t[i + 1]];
+        uint32_t c = b64_dec[t[i + 2]], d = b64_dec[t[i + 3]];
+        uint32_t v = a << 18 | b << 12 | c << 6 | d;
+        bad |= a | b | c | d;
+        buf[o] = (uint8_t)(v >> 16);
+        buf[o + 1] = (uint8_t)(v >> 8);
+        buf[o + 2] = (uint8_t)v;
+        o += 3;
+    }
+    for (; i < n; i++) { /* the last 2 or 3 characters */
+        uint32_t v = b64_dec[t[i]];
+        bad |= v;
+        acc = acc << 6 | (v & 63);
         bits += 6;
         if (bits >= 8) {
             bits -= 8;
             buf[o++] = (uint8_t)(acc >> bits);
             acc &= (1u << bits) - 1;
         }
+    }
+    if (bad & 0x80) { /* name the first character outside the alphabet */
+        for (i = 0; b64_dec[t[i]] != 255; i++)
+            ;
+        free(buf);
+        if (t[i] >= 0x20 && t[i] < 0x7f)
+            return cnx_error_set(CNX_EINVAL, 0,
+                                 "base64: character '%c' at offset %zu is "
+                                 "not in the standard or URL-safe alphabet",
+                                 t[i], i);
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "base64: byte 0x%02x at offset %zu is not in "
+                             "the standard or URL-safe alphabet",
+                             t[i], i);
     }
     /* A canonical encoder leaves the unused low bits zero. */
     if (acc != 0) {
@@ -670,7 +709,11 @@ static int ed25519_verify(const cnx_key *key, const uint8_t *msg, size_t len,
     md = EVP_MD_CTX_new();
     if (md == NULL)
         return cnx_error_set(CNX_ENOMEM, 0, "dsse: out of memory");
-    ok = EVP_DigestVerifyInit(md, NULL, NULL, NULL, key->pkey) == 1 &&
+    /* Copying reads the key's context only (and takes references), so
+     * threads may share the key. */
+    ok = ((key->verify_ctx != NULL &&
+           EVP_MD_CTX_copy_ex(md, key->verify_ctx) == 1) ||
+          EVP_DigestVerifyInit(md, NULL, NULL, NULL, key->pkey) == 1) &&
          EVP_DigestVerify(md, sig, sig_len, msg, len) == 1;
     EVP_MD_CTX_free(md);
     ERR_clear_error();
@@ -732,13 +775,6 @@ typedef struct dsse_fields {
     char hint_buf[CNX_DSSE_MAX_SIGNATURES][CNX_DIGEST_LEN];
 } dsse_fields;
 
-static int b64_char(unsigned char c)
-{
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-           (c >= '0' && c <= '9') || c == '+' || c == '/' || c == '-' ||
-           c == '_' || c == '=';
-}
-
 /* Match `lit` at *p; advance. */
 static int lit(const char **p, const char *end, const char *text)
 {
@@ -749,19 +785,21 @@ static int lit(const char **p, const char *end, const char *text)
     return 1;
 }
 
-/* A string of `ok` characters up to '"' at *p (no escapes); advance past
- * the closing quote. */
+/* The string at *p up to the next '"': printable ASCII without escapes,
+ * or (b64) anything, left to fast_decode; advance past the quote. */
 static int plain_string(const char **p, const char *end, int b64,
                         const char **s, size_t *n)
 {
     const char *q = *p;
-    while (q < end && *q != '"') {
+    if (b64) /* checked by decoding it (fast_decode) */
+        q = memchr(q, '"', (size_t)(end - q));
+    while (q != NULL && q < end && *q != '"') {
         unsigned char c = (unsigned char)*q;
-        if (b64 ? !b64_char(c) : (c < 0x20 || c >= 0x7f || c == '\\'))
+        if (c < 0x20 || c >= 0x7f || c == '\\')
             return 0;
         q++;
     }
-    if (q >= end)
+    if (q == NULL || q >= end)
         return 0;
     *s = *p;
     *n = (size_t)(q - *p);
@@ -776,7 +814,9 @@ static int plain_string(const char **p, const char *end, int b64,
  * whitespace. Such text is valid JSON with exactly the members jansson
  * would find, so reading it directly gives the same fields, only faster
  * (the envelope's long base64 strings dominate a jansson parse). Anything
- * else returns 0 and goes to jansson.
+ * else returns 0 and goes to jansson. The base64 strings are only
+ * delimited here (up to the next '"'): fast_decode decoding every one of
+ * them is what shows they hold nothing else (no escape, no quote).
  */
 static int fast_fields(const char *text, size_t len, dsse_fields *f)
 {
@@ -808,6 +848,30 @@ static int fast_fields(const char *text, size_t len, dsse_fields *f)
         break;
     }
     return lit(&p, end, "]}") && p == end;
+}
+
+/* Decode the fields fast_fields found: 1 if the payload and every
+ * signature (non-empty) are canonical base64 (the strings were then
+ * exactly what jansson would have read), else 0 with nothing kept: the
+ * envelope is read again through jansson, which says what is wrong. */
+static int fast_decode(const dsse_fields *f, uint8_t **sig_raw,
+                       size_t *sig_len, uint8_t **body, size_t *body_len)
+{
+    int ok = cnx_base64_decode(f->payload, f->payload_len, body,
+                               body_len) == 0;
+    for (size_t i = 0; ok && i < f->nsigs; i++)
+        ok = f->sig_len[i] > 0 &&
+             cnx_base64_decode(f->sig[i], f->sig_len[i], &sig_raw[i],
+                               &sig_len[i]) == 0;
+    if (!ok) {
+        for (size_t i = 0; i < f->nsigs; i++) {
+            free(sig_raw[i]);
+            sig_raw[i] = NULL;
+        }
+        free(*body);
+        *body = NULL;
+    }
+    return ok;
 }
 
 /* The fields through jansson, every check with its message; *env keeps
@@ -914,26 +978,28 @@ int cnx_dsse_verify_type(const char *envelope, size_t len,
     f = malloc(sizeof(*f));
     if (f == NULL)
         return cnx_error_set(CNX_ENOMEM, 0, "dsse: out of memory");
-    if (!fast_fields(envelope, len, f)) {
+    if (!fast_fields(envelope, len, f) ||
+        !fast_decode(f, sig_raw, sig_len, &body, &body_len)) {
         rc = json_fields(envelope, len, &env, f);
         if (rc != 0)
             goto done;
-    }
-    for (size_t i = 0; i < f->nsigs; i++) {
-        snprintf(path, sizeof(path), "signatures[%zu].sig", i);
-        if (f->sig_len[i] == 0) {
-            rc = cnx_error_set(CNX_ESCHEMA, 0, "envelope: %s: empty", path);
-            goto done;
+        for (size_t i = 0; i < f->nsigs; i++) {
+            snprintf(path, sizeof(path), "signatures[%zu].sig", i);
+            if (f->sig_len[i] == 0) {
+                rc = cnx_error_set(CNX_ESCHEMA, 0, "envelope: %s: empty",
+                                   path);
+                goto done;
+            }
+            rc = decode_field(f->sig[i], f->sig_len[i], path, &sig_raw[i],
+                              &sig_len[i]);
+            if (rc != 0)
+                goto done;
         }
-        rc = decode_field(f->sig[i], f->sig_len[i], path, &sig_raw[i],
-                          &sig_len[i]);
+        rc = decode_field(f->payload, f->payload_len, "payload", &body,
+                          &body_len);
         if (rc != 0)
             goto done;
     }
-    rc = decode_field(f->payload, f->payload_len, "payload", &body,
-                      &body_len);
-    if (rc != 0)
-        goto done;
     /* The PAE takes the type's byte length; json strings hold no NUL. */
     type = malloc(f->type_len + 1);
     if (type == NULL) {

@@ -282,7 +282,12 @@ static inline uint64_t *voronoi_labels(const int64_t size[3], int spacing,
                 ((double)c[a] - 1.0 +
                  (double)(cnx_test_rand(&seed) % 1000) / 1000.0) *
                 spacing;
-        id[i] = cnx_test_rand(&seed) >> (cnx_test_rand(&seed) % 40);
+        {
+            /* two calls in a fixed order (an expression holding both
+             * would leave the order to the compiler) */
+            uint64_t value = cnx_test_rand(&seed);
+            id[i] = value >> (cnx_test_rand(&seed) % 40);
+        }
         if (id[i] == 0)
             id[i] = 1;
     }
