@@ -92,3 +92,17 @@ stop_workers() { # SIGTERM every worker start_stage_worker started, and wait
 jq_py() { # file, python expression over d (the parsed JSON)
   "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
 }
+
+reason_of() { # request -> the reason of its dead letter on cnx.dlq
+  topic_dump cnx.dlq | "$PY" -c 'import json, sys
+for l in sys.stdin:
+    d = json.loads(l)
+    if d.get("task", {}).get("request") == sys.argv[1]:
+        print(d["reason"]); break' "$1"
+}
+
+expect() { # request, text its dead letter's reason must contain
+  local why; why=$(reason_of "$1")
+  echo "  $1: $why"
+  case "$why" in *"$2"*) return 0 ;; *) return 1 ;; esac
+}

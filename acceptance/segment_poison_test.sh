@@ -54,13 +54,6 @@ sub --stage mesh --layer "file://$WORK/s/frag" --output "file://$WORK/s/frag" \
   --request bad-halo --roi 0,0,0,128,128,128 --halo 0
 sub --stage mesh --layer "file://$WORK/s/frag" --output "file://$WORK/s/frag" --request mesh-good
 
-reason_of() { # request -> the reason of its dead letter
-  topic_dump cnx.dlq | "$PY" -c 'import json, sys
-for l in sys.stdin:
-    d = json.loads(l)
-    if d.get("task", {}).get("request") == sys.argv[1]:
-        print(d["reason"]); break' "$1"
-}
 have_all() {
   for r in bad-range bad-key bad-box bad-digest bad-halo; do
     [ -n "$(reason_of $r)" ] || return 1
@@ -68,11 +61,6 @@ have_all() {
   [ "$(topic_dump cnx.events | grep '"request":"mesh-good"' | grep -c '"type":"succeeded"')" -eq 2 ]
 }
 check "every bad task dead-lettered, every good one done" wait_for 120 have_all
-expect() { # request, text the reason must contain
-  local why; why=$(reason_of "$1")
-  echo "  $1: $why"
-  case "$why" in *"$2"*) return 0 ;; *) return 1 ;; esac
-}
 check "out of range: names parameters.merge_threshold" expect bad-range "parameters.merge_threshold"
 check "unknown key: named" expect bad-key "merge_treshold"
 check "two chunks: refused, one chunk per task" expect bad-box "one chunk"
