@@ -357,9 +357,15 @@ static int apply_state(ctl *c, const json_t *m, const char *text)
         return ctl_done(c, st);
     }
     if (strcmp(type, "progress") == 0) {
-        st = ctl_stmt(c, "UPDATE requests SET eta = ?, slo = coalesce(?, "
-                         "slo), urgent = max(urgent, ?), progress_at = ? "
-                         "WHERE id = ? AND state = 'accepted'");
+        /* The newest progress wins, by (time, eta), not the last applied:
+         * the live controller applies its decisions as they are
+         * acknowledged and reads them back later, behind the others, so
+         * the order they reach this fold in differs from the log's. */
+        st = ctl_stmt(c, "UPDATE requests SET eta = ?1, slo = coalesce(?2, "
+                         "slo), urgent = max(urgent, ?3), progress_at = ?4 "
+                         "WHERE id = ?5 AND state = 'accepted' AND "
+                         "(coalesce(progress_at, ''), coalesce(eta, '')) < "
+                         "(?4, coalesce(?1, ''))");
         if (st == NULL)
             return CNX_EIO;
         ctl_bind_text(st, 1, jstr(m, "eta"));

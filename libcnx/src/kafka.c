@@ -48,8 +48,9 @@ struct cnx_producer {
 
 struct cnx_consumer {
     rd_kafka_t *rk;
-    int paused; /* partitions assigned while paused are paused too */
-    int member; /* subscribed as a group member (not a reader) */
+    int paused;   /* partitions assigned while paused are paused too */
+    int member;   /* subscribed as a group member (not a reader) */
+    int assigned; /* the group has given it an assignment (maybe empty) */
 };
 
 /* ---- configuration ---------------------------------------------------- */
@@ -468,6 +469,7 @@ static void consumer_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         CNX_DEBUG("kafka", "assigned %d partition(s)", parts->cnt);
+        consumer->assigned = 1;
         if (cooperative)
             log_rebalance_error(rd_kafka_incremental_assign(rk, parts),
                                 "incremental assign");
@@ -613,26 +615,43 @@ done:
     return 0;
 }
 
-/*
- * Leave the group before closing: unsubscribe, then poll (dropping what
- * arrives: nothing is committed, so it is redelivered) until the revoke
- * has gone through the rebalance callback, for at most 10 s. librdkafka
- * before 2.4 can hang for ever in rd_kafka_consumer_close() when a
- * cooperative rebalance callback runs while the consumer is closing
- * (confluentinc/librdkafka#4527, seen in test_kafka's teardown); with no
- * assignment left, close has nothing to revoke.
- */
-static void leave_group(rd_kafka_t *rk)
+/* Poll, dropping what arrives (nothing is committed: it is redelivered). */
+static void poll_drop(rd_kafka_t *rk)
 {
-    double until = cnx_now() + 10.0;
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 50);
+    if (m != NULL)
+        rd_kafka_message_destroy(m);
+}
+
+/*
+ * Leave the group before closing:
+ *
+ * - A member that has not had its first assignment yet waits for it until
+ *   the deadline (a cnx_now() time).
+ *   librdkafka before 2.3 aborts in rd_kafka_destroy() when the
+ *   cooperative-sticky assignor was chosen (JoinGroup answered) but no
+ *   assignment arrived (confluentinc/librdkafka#4312), and an assignment
+ *   arriving during close is the hang below.
+ * - Then unsubscribe and poll until the revoke has gone through the
+ *   rebalance callback. librdkafka before 2.4 can hang for ever in
+ *   rd_kafka_consumer_close() when a cooperative rebalance callback runs
+ *   while the consumer is closing (confluentinc/librdkafka#4527, seen in
+ *   test_kafka's teardown); with no assignment left, close has nothing to
+ *   revoke. This waits at most 10 s, whatever the deadline.
+ */
+static void leave_group(cnx_consumer *consumer, double deadline)
+{
+    rd_kafka_t *rk = consumer->rk;
+    double until;
+    while (!consumer->assigned && cnx_now() < deadline)
+        poll_drop(rk);
     if (rd_kafka_unsubscribe(rk) != RD_KAFKA_RESP_ERR_NO_ERROR)
         return;
+    until = cnx_now() + 10.0;
     while (cnx_now() < until) {
         rd_kafka_topic_partition_list_t *parts = NULL;
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 50);
         int left = 1;
-        if (m != NULL)
-            rd_kafka_message_destroy(m);
+        poll_drop(rk);
         if (rd_kafka_assignment(rk, &parts) == RD_KAFKA_RESP_ERR_NO_ERROR) {
             left = parts->cnt;
             rd_kafka_topic_partition_list_destroy(parts);
@@ -644,7 +663,28 @@ static void leave_group(rd_kafka_t *rk)
                       "closing anyway");
 }
 
-void cnx_consumer_free(cnx_consumer *consumer)
+/*
+ * Handles closed before their group's first assignment, which
+ * rd_kafka_destroy() could abort on (#4312 above): kept, reachable, until
+ * the process exits. A worker closes its consumers only to exit.
+ */
+static rd_kafka_t *parked[64];
+static size_t nparked;
+static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int park(rd_kafka_t *rk)
+{
+    int ok = 0;
+    pthread_mutex_lock(&parked_lock);
+    if (nparked < sizeof(parked) / sizeof(parked[0])) {
+        parked[nparked++] = rk;
+        ok = 1;
+    }
+    pthread_mutex_unlock(&parked_lock);
+    return ok;
+}
+
+void cnx_consumer_close(cnx_consumer *consumer, double deadline)
 {
     rd_kafka_resp_err_t err;
     if (consumer == NULL)
@@ -653,13 +693,22 @@ void cnx_consumer_free(cnx_consumer *consumer)
         /* Revokes the assignment through the rebalance callback; no commit
          * (auto commit is off), so unfinished work is redelivered. */
         if (consumer->member)
-            leave_group(consumer->rk);
+            leave_group(consumer, deadline);
         err = rd_kafka_consumer_close(consumer->rk);
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
             CNX_WARN("kafka", "consumer close: %s", rd_kafka_err2str(err));
-        rd_kafka_destroy(consumer->rk);
+        if (consumer->member && !consumer->assigned && park(consumer->rk))
+            CNX_DEBUG("kafka", "consumer closed before its first assignment: "
+                               "its handle is left to the process exit");
+        else
+            rd_kafka_destroy(consumer->rk);
     }
     free(consumer);
+}
+
+void cnx_consumer_free(cnx_consumer *consumer)
+{
+    cnx_consumer_close(consumer, cnx_now() + 10.0);
 }
 
 int cnx_consumer_poll(cnx_consumer *consumer, int timeout_ms, cnx_message **out)

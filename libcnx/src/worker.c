@@ -743,8 +743,15 @@ static void stop(worker *w)
     for (int i = 0; i < w->npending; i++)
         cnx_message_free(w->pending[i]);
     w->npending = 0;
-    cnx_consumer_free(w->lanes[0]);
-    cnx_consumer_free(w->lanes[1]);
+    /* A lane the group never assigned waits for it (docs/kafka.md,
+     * #4312) at most 10 s, and never beyond the grace period. */
+    {
+        double deadline = cnx_now() + 10.0;
+        if (w->stop_at > 0 && w->stop_at + w->opts->grace_s < deadline)
+            deadline = w->stop_at + w->opts->grace_s;
+        cnx_consumer_close(w->lanes[0], deadline);
+        cnx_consumer_close(w->lanes[1], deadline);
+    }
     cnx_producer_free(w->producer);
     cnx_key_free(w->key);
 }

@@ -2,10 +2,11 @@
 # The ledger is a fold over the log: a real run (broker, controller, a
 # worker, cnx-reprocess twice, a refused request) is captured with kcat and
 # applied again by tests/support/fold_replay through the controller's own
-# fold, in five scrambled interleavings of the partitions with
-# transactions rolled back and replayed from the stored positions (as when a
-# controller dies). Every replay must dump (`sqlite3 .dump`) exactly the
-# live ledger.
+# fold, in eight scrambled interleavings of the partitions (FOLD_SEEDS) with
+# transactions rolled back and replayed from the stored positions (as when
+# a controller dies), and with the controller's own decisions now and then
+# applied early, as it applies them live. Every replay must dump
+# (`sqlite3 .dump`) exactly the live ledger.
 set -euo pipefail
 BIN=${CNX_BIN:?}
 SUP=${CNX_SUPPORT:?}
@@ -28,11 +29,11 @@ for _ in $(seq 100); do BOOT=$(head -n1 "$W/broker.out" 2>/dev/null || true); [ 
 "$BIN/cnx-keygen" --out "$W/keys" >/dev/null
 mkdir "$W/trust" && cp "$W/keys/cnx.pub" "$W/trust/worker.pem"
 "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$W/live.db" --trust "$W/trust" \
-  --progress 0.3 -q 2>"$W/controller.log" &
+  --progress 0.2 -q 2>"$W/controller.log" &
 CPID=$!
 PIDS+=($CPID)
 "$BIN/cnx-downsample" --brokers "$BOOT" --key "$W/keys/cnx.key" --instance w1 \
-  --session-timeout-ms 6000 -q $DIRTY 2>"$W/worker.log" &
+  --session-timeout-ms 6000 --slow-ms 200 -q $DIRTY 2>"$W/worker.log" &
 PIDS+=($!)
 
 run() { # id, extra args
@@ -56,9 +57,14 @@ for t in cnx.requests cnx.events cnx.lineage; do
 done >"$W/log.jsonl"
 echo "captured $(wc -l <"$W/log.jsonl") messages; live ledger: $(wc -l <"$W/live.sql") lines"
 grep -q "req-b" "$W/live.sql" || { echo "FAIL: live ledger lacks req-b"; exit 1; }
+# Slow tasks give each request several progress messages: the replays
+# must keep the last, whichever order they are applied in.
+np=$(grep -c 'request-state/1.*\\"type\\":\\"progress\\"' "$W/log.jsonl" || true)
+echo "$np progress messages"
+[ "$np" -ge 4 ] || { echo "FAIL: too few progress messages ($np) to test their order"; exit 1; }
 
 fails=0
-for seed in 1 2 3 4 5; do
+for seed in $(seq "${FOLD_SEEDS:-8}"); do
   "$SUP/fold_replay" "$W/replay$seed.db" "$W/trust" "$seed" "$W/log.jsonl"
   sqlite3 "$W/replay$seed.db" .dump >"$W/replay$seed.sql"
   if cmp -s "$W/live.sql" "$W/replay$seed.sql"; then

@@ -11,8 +11,12 @@
  * own order, as Kafka delivers it), in transactions of random size; and
  * now and then a transaction is rolled back and every partition rewound
  * to the position the ledger stored, as when a controller dies and
- * restarts. The result must equal the live ledger: the test compares
- * `sqlite3 .dump`s. Exit status 0, or 1 with a message on stderr.
+ * restarts. As the live controller does with its own decisions (request
+ * states, releases), these are now and then applied early, without a
+ * position, ahead of the messages before them in their partition, which
+ * are read later, and then read again in their turn. The result must
+ * equal the live ledger: the test compares `sqlite3 .dump`s. Exit status
+ * 0, or 1 with a message on stderr.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +31,7 @@ typedef struct part {
     char topic[64];
     int32_t partition;
     size_t n, cap, next;
+    size_t early; /* decisions before this index were applied early */
     int64_t *offsets;
     char **payloads;
 } part;
@@ -70,14 +75,49 @@ static void rewind_parts(ctl *c, part *parts, size_t nparts)
         while (parts[i].next < parts[i].n &&
                parts[i].offsets[parts[i].next] < at)
             parts[i].next++;
+        parts[i].early = parts[i].next;
     }
+}
+
+/* A decision of the controller: what it applies as soon as the broker has
+ * acknowledged it, before reading it back. */
+static int is_decision(const char *payload)
+{
+    return strstr(payload, "\"schema\":\"" CNX_REQUEST_STATE_SCHEMA "\"") !=
+               NULL ||
+           strstr(payload, "\"schema\":\"" CNX_CONTROL_SCHEMA "\"") != NULL;
+}
+
+/* Apply the partition's next decision at or after its early cursor, with
+ * no position (as controller_decide.c does); 0 when there is none. */
+static int apply_early(ctl *c, part *p, size_t *applied)
+{
+    size_t i = p->early > p->next ? p->early : p->next;
+    cnx_message m;
+    while (i < p->n && !is_decision(p->payloads[i]))
+        i++;
+    if (i == p->n)
+        return 0;
+    memset(&m, 0, sizeof(m));
+    m.topic = p->topic;
+    m.partition = -1;
+    m.offset = -1;
+    m.value = p->payloads[i];
+    m.len = strlen(p->payloads[i]);
+    if (ctl_apply(c, &m) != 0) {
+        fprintf(stderr, "fold_replay: early: %s\n", cnx_error_last()->message);
+        exit(1);
+    }
+    p->early = i + 1;
+    (*applied)++;
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
     cnx_controller_opts opts;
     part *parts = NULL;
-    size_t nparts = 0, total = 0, applied = 0, rollbacks = 0;
+    size_t nparts = 0, total = 0, applied = 0, rollbacks = 0, early = 0;
     char line[1 << 16];
     FILE *f;
     ctl c;
@@ -142,6 +182,10 @@ int main(int argc, char **argv)
         }
         part *p = &parts[live[draw((uint32_t)nlive)]];
         cnx_message m;
+        if (draw(3) == 0) {
+            apply_early(&c, p, &early);
+            goto step;
+        }
         memset(&m, 0, sizeof(m));
         m.topic = p->topic;
         m.partition = p->partition;
@@ -154,6 +198,7 @@ int main(int argc, char **argv)
         }
         p->next++;
         applied++;
+    step:
         if (--txn_left == 0) {
             /* One transaction in four dies before its commit. */
             if (draw(4) == 0) {
@@ -170,8 +215,8 @@ int main(int argc, char **argv)
         ctl_commit(&c);
     cnx__ctl_close(&c);
     printf("fold_replay: %zu messages in %zu partitions, %zu applications, "
-           "%zu rollbacks\n",
-           total, nparts, applied, rollbacks);
+           "%zu early, %zu rollbacks\n",
+           total, nparts, applied, early, rollbacks);
     for (size_t i = 0; i < nparts; i++) {
         for (size_t k = 0; k < parts[i].n; k++)
             free(parts[i].payloads[k]);

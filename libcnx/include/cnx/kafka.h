@@ -135,8 +135,16 @@ int cnx_consumer_new(cnx_consumer **out, const cnx_kafka_opts *opts,
                      const char *const *topics, size_t ntopics,
                      int session_timeout_ms);
 /** Leave the group (a static member keeps its assignment until the session
- * times out) and free. Accepts NULL. */
+ * times out) and free, waiting at most 10 s for the group. Accepts NULL. */
 void cnx_consumer_free(cnx_consumer *consumer);
+/**
+ * cnx_consumer_free, where a member that has had no assignment yet waits
+ * for its first only until deadline (a cnx_now() time), then for its
+ * revoke at most 10 s. A member closed before any assignment is not
+ * destroyed but kept until the process exits (librdkafka before 2.3 can
+ * abort destroying it: docs/kafka.md). Accepts NULL.
+ */
+void cnx_consumer_close(cnx_consumer *consumer, double deadline);
 
 /**
  * Poll for one message.
