@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Kill test: cnx-broker and 3 cnx-downsample workers downsample a
 # 512x512x256 cnx-synth image in 128^3 tasks while a random worker is
-# kill -9'd and restarted at least 5 times. Then: every task has exactly one
+# kill -9'd and restarted 5 times. Then: every task has exactly one
 # output set, the outputs are byte-identical to a clean single-worker run,
 # every output object is named by a manifest, and every manifest verifies
 # with the openssl CLI alone (acceptance/verify_openssl.sh).
@@ -18,6 +18,10 @@ start_worker clean-1 --idle-exit 4
 wait "$WPID"
 ntasks=$("$BIN/cnx-submit" --dry-run --layer "file://$WORK/clean" --scale 8_8_8 | wc -l)
 scale=$(ls "$WORK/clean" | grep -v '^8_8_8$' | grep -v info | grep -v '^lineage$')
+# A static member does not leave its group on close, and the mock does not
+# know static members: clean-1 stays in cnx.downsample until its session
+# (6 s) ends. Let it, so that the run under fire starts with one rebalance.
+sleep 7
 
 # The run under fire: 3 workers, each task slowed so the run lasts.
 "$BIN/cnx-submit" --brokers "$BOOT" --layer "file://$WORK/chaos" --request chaos --reverse >/dev/null
@@ -27,7 +31,7 @@ done_chaos() {
   [ "$(topic_dump cnx.events | grep '"request":"chaos"' | grep '"type":"succeeded"' \
        | grep -o '"task_key":"[^"]*"' | sort -u | wc -l)" -ge "$ntasks" ]
 }
-# Six kills, 7-9 s apart, then let the run finish. Each kill costs the
+# Five kills, 7-9 s apart, then let the run finish. Each kill costs the
 # group a rebalance once the dead member's session (6 s) times out; kills
 # closer together than that overlap rebalances, which librdkafka 2.0.2's
 # mock cluster (the test broker) does not always survive: its coordinator
@@ -36,7 +40,7 @@ done_chaos() {
 kills=0
 end=$((SECONDS + 300))
 while ! done_chaos && [ $SECONDS -lt $end ]; do
-  if [ "$kills" -ge 6 ]; then sleep 1; continue; fi
+  if [ "$kills" -ge 5 ]; then sleep 1; continue; fi
   sleep "$(awk -v r=$RANDOM 'BEGIN{printf "%.1f", 7 + (r % 21) / 10}')"
   done_chaos && break
   i=$((RANDOM % 3 + 1))

@@ -123,8 +123,14 @@ int cnx_broker_new(cnx_broker **out, int brokers, int partitions,
     /* The handle only hosts the cluster: it connects nowhere itself, so
      * its notice about having no bootstrap list (level 5) is dropped. */
     rd_kafka_conf_set_log_cb(conf, broker_log_cb);
-    if (rd_kafka_conf_set(conf, "log_level", "4", errstr, sizeof(errstr)) !=
-        RD_KAFKA_CONF_OK) {
+    /* CNX_BROKER_DEBUG=mock (librdkafka debug contexts) logs what the
+     * mock's group coordinators do, at level 7. */
+    if ((getenv("CNX_BROKER_DEBUG") != NULL &&
+         rd_kafka_conf_set(conf, "debug", getenv("CNX_BROKER_DEBUG"), errstr,
+                           sizeof(errstr)) != RD_KAFKA_CONF_OK) ||
+        rd_kafka_conf_set(conf, "log_level",
+                          getenv("CNX_BROKER_DEBUG") != NULL ? "7" : "4",
+                          errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
         rc = cnx_error_set(CNX_EIO, 0, "mock cluster: %s", errstr);
         goto done;
     }

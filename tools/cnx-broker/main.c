@@ -39,6 +39,9 @@ static void usage(FILE *out)
             "                     %s)\n"
             "  --help             this text\n"
             "\n"
+            "Environment: CNX_BROKER_DEBUG=mock logs what the group\n"
+            "coordinators do (librdkafka debug contexts) to stderr.\n"
+            "\n"
             "Exit status: 0 stopped by a signal, 1 failed, 2 bad arguments.\n",
             CNX_BROKER_MAX_BROKERS, CNX_BROKER_MAX_PARTITIONS,
             CNX_BROKER_DEFAULT_STAGES);
