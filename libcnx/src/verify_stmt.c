@@ -817,18 +817,7 @@ void vf_manifest_dispose(vf_manifest *m)
     free(m->origin);
     free(m->text);
     free(m->stored_layer);
-    free(m->request);
-    free(m->stage);
-    free(m->parameters);
-    free(m->output_layer);
-    for (size_t i = 0; i < m->nsubjects; i++)
-        free(m->subjects[i].name);
-    for (size_t i = 0; i < m->ninputs; i++) {
-        free(m->inputs[i].name);
-        free(m->inputs[i].layer);
-    }
-    free(m->subjects);
-    free(m->inputs);
+    statement_reset(m);
     vf_findings_dispose(&m->findings);
 }
 

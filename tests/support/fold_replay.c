@@ -88,16 +88,16 @@ static int is_decision(const char *payload)
            strstr(payload, "\"schema\":\"" CNX_CONTROL_SCHEMA "\"") != NULL;
 }
 
-/* Apply the partition's next decision at or after its early cursor, with
- * no position (as controller_decide.c does); 0 when there is none. */
-static int apply_early(ctl *c, part *p, size_t *applied)
+/* Apply the partition's next decision at or after its early cursor, if
+ * any, with no position (as controller_decide.c does). */
+static void apply_early(ctl *c, part *p, size_t *applied)
 {
     size_t i = p->early > p->next ? p->early : p->next;
     cnx_message m;
     while (i < p->n && !is_decision(p->payloads[i]))
         i++;
     if (i == p->n)
-        return 0;
+        return;
     memset(&m, 0, sizeof(m));
     m.topic = p->topic;
     m.partition = -1;
@@ -110,7 +110,6 @@ static int apply_early(ctl *c, part *p, size_t *applied)
     }
     p->early = i + 1;
     (*applied)++;
-    return 0;
 }
 
 int main(int argc, char **argv)
