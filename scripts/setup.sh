@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake pkg-config git
-          librdkafka-dev libcurl4-openssl-dev libssl-dev openssl
+          librdkafka-dev libcurl4-openssl-dev libexpat1-dev libssl-dev openssl curl
           libjansson-dev libzstd-dev libgit2-dev libsqlite3-dev sqlite3
           libcmocka-dev libpng-dev libtiff-dev kcat
           python3 python3-numpy python3-skimage python3-jsonschema python3-securesystemslib)

@@ -12,6 +12,7 @@
  */
 #include "cnx/precomputed.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -594,10 +595,67 @@ static size_t chunk_read_limit(const cnx_layer_info *info, int s)
     return raw * 2 + (1 << 16);
 }
 
+static void prefetch_free(cnx_store_get_req *reqs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(reqs[i].data);
+    free(reqs);
+}
+
+/*
+ * Fetch every chunk of the range [lo, hi) of a remote layer concurrently,
+ * in the order cnx_layer_read visits them. Each result (bytes or failure)
+ * is kept for the visit, so which chunks fail and which error is reported
+ * do not depend on the threads.
+ */
+static int prefetch(cnx_layer *layer, int s, const int64_t lo[3],
+                    const int64_t hi[3], cnx_expect_fn expect,
+                    void *expect_ctx, cnx_store_get_req **out, size_t *nout)
+{
+    const cnx_layer_info *info = &layer->info;
+    cnx_grid grid = cnx_info_grid(info, s);
+    size_t n = (size_t)((hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2]));
+    cnx_store_get_req *reqs;
+    char(*names)[256];
+    int64_t g[3];
+    size_t k = 0;
+    int rc = 0;
+
+    *out = NULL;
+    *nout = 0;
+    /* names live right after the requests, in the same block */
+    reqs = calloc(n, sizeof(*reqs) + sizeof(*names));
+    if (reqs == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "read: out of memory");
+    names = (char(*)[256])(reqs + n);
+    for (g[2] = lo[2]; g[2] < hi[2]; g[2]++)
+        for (g[1] = lo[1]; g[1] < hi[1]; g[1]++)
+            for (g[0] = lo[0]; g[0] < hi[0]; g[0]++, k++) {
+                cnx_box cbox = cnx_grid_chunk_box(&grid, g);
+                rc = cnx_layer_chunk_name(info, s, &cbox, names[k],
+                                          sizeof(names[k]));
+                if (rc != 0) {
+                    free(reqs);
+                    return rc;
+                }
+                reqs[k].name = names[k];
+                reqs[k].expected =
+                    expect ? expect(expect_ctx, names[k]) : NULL;
+            }
+    (void)cnx_store_get_many(layer->store, reqs, n,
+                             chunk_read_limit(info, s));
+    cnx_error_clear(); /* failures are reported per chunk, in order */
+    *out = reqs;
+    *nout = n;
+    return 0;
+}
+
 int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
                    unsigned flags, cnx_expect_fn expect, void *expect_ctx,
                    cnx_object_list *read, cnx_volume **out)
 {
+    cnx_store_get_req *pre = NULL;
+    size_t npre = 0, ipre = 0;
     const cnx_layer_info *info = &layer->info;
     cnx_volume *vol = NULL, *chunk = NULL;
     cnx_grid grid;
@@ -621,6 +679,11 @@ int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
     if (rc != 0)
         return rc;
     cnx_grid_chunk_range(&grid, box, lo, hi);
+    if (cnx_store_is_remote(layer->store)) {
+        rc = prefetch(layer, s, lo, hi, expect, expect_ctx, &pre, &npre);
+        if (rc != 0)
+            goto fail;
+    }
     for (g[2] = lo[2]; g[2] < hi[2]; g[2]++) {
         for (g[1] = lo[1]; g[1] < hi[1]; g[1]++) {
             for (g[0] = lo[0]; g[0] < hi[0]; g[0]++) {
@@ -634,7 +697,17 @@ int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
                 if (rc != 0)
                     goto fail;
                 want = expect ? expect(expect_ctx, name) : NULL;
-                if (want != NULL)
+                if (pre != NULL) {
+                    /* Fetched concurrently above, in this same order. */
+                    cnx_store_get_req *r = &pre[ipre++];
+                    assert(ipre <= npre);
+                    bytes = r->data;
+                    len = r->len;
+                    r->data = NULL;
+                    rc = r->rc == 0 ? 0
+                                    : cnx_error_set(r->rc, r->retriable, "%s",
+                                                    r->message);
+                } else if (want != NULL)
                     rc = cnx_store_get_verified(layer->store, name, want,
                                                 chunk_read_limit(info, s),
                                                 &bytes, &len);
@@ -687,9 +760,11 @@ int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
             }
         }
     }
+    prefetch_free(pre, npre);
     *out = vol;
     return 0;
 fail:
+    prefetch_free(pre, npre);
     cnx_volume_free(vol);
     return rc;
 }

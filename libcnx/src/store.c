@@ -1,397 +1,156 @@
 /*
- * store.c - object storage: URL parsing, name checks, write-once semantics,
- * and the file:// backend.
+ * store.c - the store's public API, over one backend per URL scheme
+ * (store_int.h): file:// (store_file.c), s3:// and gs:// (store_s3.c),
+ * http(s):// read-only (store_http.c).
  *
- * A put writes a uniquely named temporary file in the object's directory,
- * fdatasyncs it, then link(2)s it to the final name -- link never replaces an
- * existing file, so of two racing writers exactly one wins and the other
- * compares bytes (identical: success; different: CNX_EIMMUTABLE). The
- * directory is fsynced after the link so the name survives a crash. A
- * reader therefore sees either no object or the whole object, never a
- * partial one. Thread-safe: no shared mutable state after open.
+ * Everything every backend must do the same way lives here, once: the URL
+ * is parsed by the URL module, every object name is checked before a
+ * backend sees it, every put's digest is computed here, write-once refusals
+ * are recorded per thread, verified reads of remote objects go through the
+ * digest-keyed read cache (store_cache.c) and are fetched again when their
+ * bytes arrive corrupted, and writes stop for good once abandoned.
+ * Thread-safe: a store holds no mutable state of its own.
  */
 #include "cnx/store.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <unistd.h>
+#include <strings.h>
 
 #include "cnx/error.h"
-#include "fd_int.h"
+#include "cnx/url.h"
+#include "store_int.h"
 
-struct cnx_store {
-    char *url;  /* canonical file:///abs/dir */
-    char *root; /* /abs/dir, no trailing slash */
-};
+/* How many times a remote object whose bytes do not match their digest is
+ * fetched again before the mismatch is believed (corruption in transit is
+ * retriable; corruption at rest is not). */
+#define DIGEST_REFETCHES 2
 
-static atomic_ulong tmp_counter;
+static atomic_int writes_abandoned;
 
-/* Temporary files being written by this process (for abandon). A put
- * registers its temporary before creating it and unregisters it after the
- * link; abandon unlinks whatever is registered and closes the registry. */
-#define MAX_INFLIGHT 256
-static pthread_mutex_t inflight_lock = PTHREAD_MUTEX_INITIALIZER;
-static char *inflight[MAX_INFLIGHT];
-static int writes_abandoned;
-
-static int inflight_add(const char *tmp)
+int cnx__store_writes_abandoned(void)
 {
-    int rc = cnx_error_set(CNX_EIO, 1, "too many writes in flight");
-    pthread_mutex_lock(&inflight_lock);
-    if (writes_abandoned) {
-        rc = cnx_error_set(CNX_EIO, 1, "writes abandoned: the worker is "
-                           "stopping");
-    } else {
-        for (int i = 0; i < MAX_INFLIGHT; i++) {
-            if (inflight[i] == NULL) {
-                inflight[i] = strdup(tmp);
-                rc = inflight[i] ? 0
-                                 : cnx_error_set(CNX_ENOMEM, 0,
-                                                 "out of memory");
-                break;
-            }
-        }
-    }
-    pthread_mutex_unlock(&inflight_lock);
-    return rc;
-}
-
-static void inflight_remove(const char *tmp)
-{
-    pthread_mutex_lock(&inflight_lock);
-    for (int i = 0; i < MAX_INFLIGHT; i++) {
-        if (inflight[i] != NULL && strcmp(inflight[i], tmp) == 0) {
-            free(inflight[i]);
-            inflight[i] = NULL;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&inflight_lock);
+    return atomic_load(&writes_abandoned);
 }
 
 void cnx_store_abandon_writes(void)
 {
-    pthread_mutex_lock(&inflight_lock);
-    writes_abandoned = 1;
-    for (int i = 0; i < MAX_INFLIGHT; i++) {
-        if (inflight[i] != NULL) {
-            unlink(inflight[i]);
-            free(inflight[i]);
-            inflight[i] = NULL;
-        }
-    }
-    pthread_mutex_unlock(&inflight_lock);
+    atomic_store(&writes_abandoned, 1);
+    cnx__store_file_abandon();
 }
 
 int cnx_store_check_name(const char *name)
 {
-    size_t len;
-    const char *p, *seg;
-
-    if (name == NULL || name[0] == '\0')
-        return cnx_error_set(CNX_ENAME, 0, "object name is empty");
-    len = strlen(name);
-    if (len > 1024)
-        return cnx_error_set(CNX_ENAME, 0,
-                             "object name is %zu bytes, over 1024", len);
-    if (name[0] == '/')
-        return cnx_error_set(CNX_ENAME, 0,
-                             "object name '%.100s' is absolute", name);
-    for (p = name; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c < 0x20 || c == 0x7f)
-            return cnx_error_set(CNX_ENAME, 0,
-                                 "object name '%.100s' has a control "
-                                 "character at byte %zu",
-                                 name, (size_t)(p - name));
-        if (c == '\\')
-            return cnx_error_set(CNX_ENAME, 0,
-                                 "object name '%.100s' has a backslash", name);
-    }
-    seg = name;
-    for (;;) {
-        const char *end = strchr(seg, '/');
-        size_t n = end ? (size_t)(end - seg) : strlen(seg);
-        if (n == 0)
-            return cnx_error_set(CNX_ENAME, 0,
-                                 "object name '%.100s' has an empty "
-                                 "path component",
-                                 name);
-        if ((n == 1 && seg[0] == '.') ||
-            (n == 2 && seg[0] == '.' && seg[1] == '.'))
-            return cnx_error_set(CNX_ENAME, 0,
-                                 "object name '%.100s' has a '%.*s' "
-                                 "component",
-                                 name, (int)n, seg);
-        if (end == NULL)
-            break;
-        seg = end + 1;
-    }
-    return 0;
+    return cnx_url_check_name(name);
 }
 
-/* mkdir -p of path (which must be absolute). */
-static int make_dirs(const char *path)
+/* 1 if url starts "name://" with a name that is none of ours. */
+static int unknown_scheme(const char *url)
 {
-    char buf[PATH_MAX];
-    size_t len = strlen(path);
-    if (len >= sizeof(buf))
-        return cnx_error_set(CNX_ENAME, 0, "path too long: %.100s", path);
-    memcpy(buf, path, len + 1);
-    for (size_t i = 1; i <= len; i++) {
-        if (buf[i] == '/' || buf[i] == '\0') {
-            char saved = buf[i];
-            buf[i] = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return cnx_error_set(CNX_EIO, 1, "cannot create directory "
-                                     "%s: %s", buf, strerror(errno));
-            buf[i] = saved;
-        }
-    }
-    return 0;
+    static const char *const ours[] = {"file", "s3", "gs", "http", "https"};
+    const char *sep = strstr(url, "://");
+    size_t n;
+    if (sep == NULL)
+        return 0;
+    n = (size_t)(sep - url);
+    for (size_t i = 0; i < n; i++)
+        if (!((url[i] >= 'a' && url[i] <= 'z') ||
+              (url[i] >= 'A' && url[i] <= 'Z') ||
+              (i > 0 && ((url[i] >= '0' && url[i] <= '9') || url[i] == '+' ||
+                         url[i] == '-' || url[i] == '.'))))
+            return 0;
+    for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
+        if (strlen(ours[i]) == n && strncasecmp(url, ours[i], n) == 0)
+            return 0;
+    return n > 0;
 }
 
 int cnx_store_open(cnx_store **out, const char *url)
 {
-    cnx_store *store = NULL;
-    char abs[PATH_MAX];
-    const char *path;
-    size_t len;
+    cnx_store *store;
     int rc;
 
     *out = NULL;
     if (url == NULL || url[0] == '\0')
         return cnx_error_set(CNX_EINVAL, 0, "store URL is empty");
-    if (strncmp(url, "file://", 7) == 0) {
-        path = url + 7;
-        if (path[0] != '/')
-            return cnx_error_set(CNX_EINVAL, 0,
-                                 "store URL '%.200s': file:// needs an "
-                                 "absolute path (file:///dir)",
-                                 url);
-    } else if (strstr(url, "://") != NULL) {
-        return cnx_error_set(CNX_EUNSUPPORTED, 0,
-                             "store URL '%.200s': scheme not supported by "
-                             "this build (file:// is)",
-                             url);
-    } else {
-        path = url;
-    }
-    if (path[0] == '/') {
-        len = strlen(path);
-        if (len >= sizeof(abs))
-            return cnx_error_set(CNX_EINVAL, 0, "store path too long");
-        memcpy(abs, path, len + 1);
-    } else {
-        char cwd[PATH_MAX];
-        if (getcwd(cwd, sizeof(cwd)) == NULL)
-            return cnx_error_set(CNX_EIO, 1, "getcwd: %s", strerror(errno));
-        if (snprintf(abs, sizeof(abs), "%s/%s", cwd, path) >=
-            (int)sizeof(abs))
-            return cnx_error_set(CNX_EINVAL, 0, "store path too long");
-    }
-    len = strlen(abs);
-    while (len > 1 && abs[len - 1] == '/')
-        abs[--len] = '\0';
-    rc = make_dirs(abs);
-    if (rc != 0)
-        return rc;
     store = calloc(1, sizeof(*store));
     if (store == NULL)
-        goto nomem;
-    store->root = strdup(abs);
-    store->url = malloc(len + 8);
-    if (store->root == NULL || store->url == NULL)
-        goto nomem;
-    snprintf(store->url, len + 8, "file://%s", abs);
+        return cnx_error_set(CNX_ENOMEM, 0, "store: out of memory");
+    rc = cnx_url_parse(&store->url, url, CNX_URL_ALLOW_PATH);
+    if (rc != 0 && unknown_scheme(url))
+        rc = cnx_error_set(CNX_EUNSUPPORTED, 0,
+                           "store URL '%.200s': scheme not supported (file, "
+                           "s3, gs, http and https are)",
+                           url);
+    if (rc != 0)
+        goto fail;
+    switch (store->url.scheme) {
+    case CNX_URL_FILE:
+        rc = cnx__store_open_file(store);
+        break;
+    case CNX_URL_S3:
+    case CNX_URL_GS:
+        rc = cnx__store_open_s3(store);
+        break;
+    case CNX_URL_HTTP:
+    case CNX_URL_HTTPS:
+        rc = cnx__store_open_http(store);
+        break;
+    default:
+        rc = cnx_error_set(CNX_EUNSUPPORTED, 0,
+                           "store URL '%.200s': scheme not supported", url);
+        break;
+    }
+    if (rc != 0)
+        goto fail;
+    assert(store->ops != NULL);
     *out = store;
     return 0;
-nomem:
-    cnx_store_free(store);
-    return cnx_error_set(CNX_ENOMEM, 0, "store: out of memory");
+fail:
+    free(store);
+    return rc;
 }
 
 void cnx_store_free(cnx_store *store)
 {
     if (store == NULL)
         return;
-    free(store->url);
-    free(store->root);
+    if (store->ops != NULL && store->ops->dispose != NULL)
+        store->ops->dispose(store);
     free(store);
 }
 
 const char *cnx_store_url(const cnx_store *store)
 {
-    return store->url;
+    return store->url.canonical;
 }
 
-static int object_path(const cnx_store *store, const char *name, char *buf,
-                       size_t n)
+int cnx_store_is_remote(const cnx_store *store)
 {
-    int rc = cnx_store_check_name(name);
-    if (rc != 0)
-        return rc;
-    if (snprintf(buf, n, "%s/%s", store->root, name) >= (int)n)
-        return cnx_error_set(CNX_ENAME, 0, "object path too long: %.100s",
-                             name);
-    return 0;
+    return store->url.scheme != CNX_URL_FILE;
 }
 
-/* Read a whole file into a NUL-terminated buffer. */
-static int read_file(const char *path, const char *name, size_t max_len,
-                     uint8_t **data, size_t *len)
-{
-    struct stat st;
-    uint8_t *buf = NULL;
-    size_t got = 0;
-    int fd, rc = 0;
-
-    *data = NULL;
-    *len = 0;
-    if (max_len == 0)
-        max_len = CNX_STORE_MAX_OBJECT;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return cnx_error_set(CNX_ENOTFOUND, 0, "object %s not found",
-                                 name);
-        return cnx_error_set(CNX_EIO, 1, "cannot open object %s: %s", name,
-                             strerror(errno));
-    }
-    if (fstat(fd, &st) != 0) {
-        rc = cnx_error_set(CNX_EIO, 1, "cannot stat object %s: %s", name,
-                           strerror(errno));
-        goto done;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = cnx_error_set(CNX_ENOTFOUND, 0, "object %s is not a file", name);
-        goto done;
-    }
-    if ((uint64_t)st.st_size > (uint64_t)max_len) {
-        rc = cnx_error_set(CNX_ETOOBIG, 0,
-                           "object %s is %lld bytes, over the %zu limit", name,
-                           (long long)st.st_size, max_len);
-        goto done;
-    }
-    buf = malloc((size_t)st.st_size + 1);
-    if (buf == NULL) {
-        rc = cnx_error_set(CNX_ENOMEM, 0, "out of memory reading %s", name);
-        goto done;
-    }
-    while (got < (size_t)st.st_size) {
-        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            rc = cnx_error_set(CNX_EIO, 1, "cannot read object %s: %s", name,
-                               strerror(errno));
-            goto done;
-        }
-        if (n == 0)
-            break; /* shrank under us: return what is there */
-        got += (size_t)n;
-    }
-    buf[got] = '\0';
-    *data = buf;
-    *len = got;
-    buf = NULL;
-done:
-    free(buf);
-    close(fd);
-    return rc;
-}
-
-int cnx_store_get(cnx_store *store, const char *name, size_t max_len,
-                  uint8_t **data, size_t *len)
-{
-    char path[PATH_MAX];
-    int rc = object_path(store, name, path, sizeof(path));
-    *data = NULL;
-    *len = 0;
-    if (rc != 0)
-        return rc;
-    return read_file(path, name, max_len, data, len);
-}
-
-int cnx_store_get_verified(cnx_store *store, const char *name,
-                           const char *expected, size_t max_len,
-                           uint8_t **data, size_t *len)
-{
-    int rc = cnx_store_get(store, name, max_len, data, len);
-    if (rc != 0)
-        return rc;
-    rc = cnx_digest_check(*data, *len, expected, name);
-    if (rc != 0) {
-        free(*data);
-        *data = NULL;
-        *len = 0;
-    }
-    return rc;
-}
-
-int cnx_store_exists(cnx_store *store, const char *name, int *exists)
-{
-    char path[PATH_MAX];
-    struct stat st;
-    int rc = object_path(store, name, path, sizeof(path));
-    *exists = 0;
-    if (rc != 0)
-        return rc;
-    if (stat(path, &st) == 0) {
-        *exists = S_ISREG(st.st_mode);
-        return 0;
-    }
-    if (errno == ENOENT || errno == ENOTDIR)
-        return 0;
-    return cnx_error_set(CNX_EIO, 1, "cannot stat object %s: %s", name,
-                         strerror(errno));
-}
-
-int cnx__write_all(int fd, const void *data, size_t len)
-{
-    const uint8_t *p = data;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
+/* ---- write-once refusals --------------------------------------------- */
 
 /* The last write-once refusal on this thread (cnx_store_conflict). */
 static _Thread_local cnx_store_conflict_info last_conflict;
 
-static void conflict_record(const char *name, const void *old, size_t old_len,
-                            const void *data, size_t len)
+int cnx__store_conflict_record(const char *name, const char *stored_digest,
+                               const char *got_digest)
 {
     snprintf(last_conflict.name, sizeof(last_conflict.name), "%s", name);
-    cnx_digest(old, old_len, last_conflict.stored);
-    cnx_digest(data, len, last_conflict.got);
+    snprintf(last_conflict.stored, sizeof(last_conflict.stored), "%s",
+             stored_digest);
+    snprintf(last_conflict.got, sizeof(last_conflict.got), "%s", got_digest);
     last_conflict.valid = 1;
+    return cnx_error_set(CNX_EIMMUTABLE, 0,
+                         "object %s exists with different bytes (stored %s, "
+                         "new %s); namespaces are write-once",
+                         name, last_conflict.stored, last_conflict.got);
 }
 
 int cnx_store_conflict(cnx_store_conflict_info *out)
@@ -405,274 +164,129 @@ void cnx_store_conflict_clear(void)
     memset(&last_conflict, 0, sizeof(last_conflict));
 }
 
-/* An object already at path: identical bytes succeed, others fail. */
-static int compare_existing(const char *path, const char *name,
-                            const void *data, size_t len)
+/* ---- operations ------------------------------------------------------ */
+
+static int read_only(const cnx_store *store, const char *what,
+                     const char *name)
 {
-    uint8_t *old = NULL;
-    size_t old_len = 0;
-    int rc = read_file(path, name, len + 1, &old, &old_len);
-    if (rc == CNX_ETOOBIG) {
-        /* Larger than the new bytes: different; read it all for its
-         * digest. */
-        free(old);
-        old = NULL;
-        rc = read_file(path, name, 0, &old, &old_len);
-    }
-    if (rc == 0 && (old_len != len || memcmp(old, data, len) != 0)) {
-        conflict_record(name, old, old_len, data, len);
-        free(old);
-        return cnx_error_set(CNX_EIMMUTABLE, 0,
-                             "object %s exists with different bytes "
-                             "(stored %s, new %s); namespaces are "
-                             "write-once",
-                             name, last_conflict.stored, last_conflict.got);
-    }
-    free(old);
-    return rc;
+    return cnx_error_set(CNX_EUNSUPPORTED, 0,
+                         "%s %s/%s: %s:// stores are read-only", what,
+                         store->url.canonical, name,
+                         cnx_url_scheme_name(store->url.scheme));
+}
+
+static int check_writable(const cnx_store *store, const char *what,
+                          const char *name)
+{
+    if (atomic_load(&writes_abandoned))
+        return cnx_error_set(CNX_EIO, 1, "writes abandoned: the worker is "
+                             "stopping");
+    return store->ops->put == NULL ? read_only(store, what, name) : 0;
 }
 
 int cnx_store_put(cnx_store *store, const char *name, const void *data,
                   size_t len, char digest[CNX_DIGEST_LEN])
 {
-    char path[PATH_MAX], tmp[PATH_MAX + 64], dir[PATH_MAX];
-    char *slash;
-    int fd = -1, rc, exists, n;
-
-    rc = object_path(store, name, path, sizeof(path));
+    char computed[CNX_DIGEST_LEN];
+    int rc = cnx_store_check_name(name);
     if (rc != 0)
         return rc;
+    rc = check_writable(store, "put", name);
+    if (rc != 0)
+        return rc;
+    cnx_digest(data, len, computed);
     if (digest != NULL)
-        cnx_digest(data, len, digest);
-    /* Cheap path for an idempotent retry: compare without writing. */
-    rc = cnx_store_exists(store, name, &exists);
-    if (rc != 0)
-        return rc;
-    if (exists)
-        return compare_existing(path, name, data, len);
+        memcpy(digest, computed, CNX_DIGEST_LEN);
+    return store->ops->put(store, name, data, len, computed);
+}
 
-    memcpy(dir, path, strlen(path) + 1);
-    slash = strrchr(dir, '/');
-    *slash = '\0';
-    rc = make_dirs(dir);
+int cnx_store_get(cnx_store *store, const char *name, size_t max_len,
+                  uint8_t **data, size_t *len)
+{
+    int rc = cnx_store_check_name(name);
+    *data = NULL;
+    *len = 0;
     if (rc != 0)
         return rc;
-    n = snprintf(tmp, sizeof(tmp), "%s/.tmp.%ld.%lu", dir, (long)getpid(),
-                 (unsigned long)atomic_fetch_add(&tmp_counter, 1));
-    if (n < 0 || (size_t)n >= sizeof(tmp))
-        return cnx_error_set(CNX_ENAME, 0, "object path too long: %.100s",
-                             name);
-    rc = inflight_add(tmp);
+    if (max_len == 0)
+        max_len = CNX_STORE_MAX_OBJECT;
+    return store->ops->get(store, name, max_len, data, len);
+}
+
+int cnx_store_get_range(cnx_store *store, const char *name, uint64_t offset,
+                        size_t len, uint8_t **data, size_t *got)
+{
+    int rc = cnx_store_check_name(name);
+    *data = NULL;
+    *got = 0;
     if (rc != 0)
         return rc;
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = cnx_error_set(CNX_EIO, 1, "cannot create %s: %s", tmp,
-                           strerror(errno));
-        inflight_remove(tmp);
+    if (len == 0 || len > CNX_STORE_MAX_OBJECT)
+        return cnx_error_set(CNX_ERANGE, 0,
+                             "range of %zu bytes of %s: must be 1 to %zu",
+                             len, name, CNX_STORE_MAX_OBJECT);
+    if (store->ops->get_range == NULL)
+        return cnx_error_set(CNX_EUNSUPPORTED, 0,
+                             "%s: ranged reads not supported",
+                             store->url.canonical);
+    return store->ops->get_range(store, name, offset, len, data, got);
+}
+
+int cnx_store_get_verified(cnx_store *store, const char *name,
+                           const char *expected, size_t max_len,
+                           uint8_t **data, size_t *len)
+{
+    int remote = cnx_store_is_remote(store);
+    int rc;
+
+    *data = NULL;
+    *len = 0;
+    rc = cnx_store_check_name(name);
+    if (rc != 0)
         return rc;
+    if (max_len == 0)
+        max_len = CNX_STORE_MAX_OBJECT;
+    if (remote && cnx__cache_get(expected, max_len, data, len) == 0)
+        return 0;
+    for (int attempt = 0;; attempt++) {
+        rc = store->ops->get(store, name, max_len, data, len);
+        if (rc != 0)
+            return rc;
+        rc = cnx_digest_check(*data, *len, expected, name);
+        if (rc == 0)
+            break;
+        free(*data);
+        *data = NULL;
+        *len = 0;
+        if (!remote || attempt >= DIGEST_REFETCHES)
+            return rc;
+        cnx__store_count_refetch();
     }
-    if (cnx__write_all(fd, data, len) != 0 || fdatasync(fd) != 0) {
-        rc = cnx_error_set(CNX_EIO, 1, "cannot write object %s: %s", name,
-                           strerror(errno));
-        close(fd);
-        unlink(tmp);
-        inflight_remove(tmp);
-        return rc;
-    }
-    close(fd);
-    if (link(tmp, path) != 0) {
-        int err = errno;
-        unlink(tmp);
-        inflight_remove(tmp);
-        if (err == EEXIST)
-            return compare_existing(path, name, data, len);
-        return cnx_error_set(CNX_EIO, 1, "cannot publish object %s: %s", name,
-                             strerror(err));
-    }
-    unlink(tmp);
-    inflight_remove(tmp);
-    if (fsync_dir(dir) != 0)
-        return cnx_error_set(CNX_EIO, 1, "cannot sync directory of %s: %s",
-                             name, strerror(errno));
+    if (remote)
+        cnx__cache_put(expected, *data, *len);
     return 0;
+}
+
+int cnx_store_exists(cnx_store *store, const char *name, int *exists)
+{
+    int rc = cnx_store_check_name(name);
+    *exists = 0;
+    if (rc != 0)
+        return rc;
+    return store->ops->exists(store, name, exists);
 }
 
 int cnx_store_swap(cnx_store *store, const char *name, const char *expected,
                    const void *data, size_t len)
 {
-    char path[PATH_MAX], lock[PATH_MAX + 16], tmp[PATH_MAX + 64];
-    char dir[PATH_MAX], current[CNX_DIGEST_LEN];
-    uint8_t *old = NULL;
-    size_t old_len = 0;
-    int lock_fd = -1, fd = -1, rc, n;
-    char *slash;
-
-    rc = object_path(store, name, path, sizeof(path));
+    int rc = cnx_store_check_name(name);
     if (rc != 0)
         return rc;
-    memcpy(dir, path, strlen(path) + 1);
-    slash = strrchr(dir, '/');
-    *slash = '\0';
-    rc = make_dirs(dir);
+    rc = check_writable(store, "swap", name);
     if (rc != 0)
         return rc;
-    n = snprintf(lock, sizeof(lock), "%s.lock", path);
-    if (n < 0 || (size_t)n >= sizeof(lock))
-        return cnx_error_set(CNX_ENAME, 0, "object path too long: %.100s",
-                             name);
-    lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lock_fd < 0 || flock(lock_fd, LOCK_EX) != 0) {
-        rc = cnx_error_set(CNX_EIO, 1, "cannot lock %s: %s", name,
-                           strerror(errno));
-        goto done;
-    }
-    rc = read_file(path, name, 0, &old, &old_len);
-    if (rc == CNX_ENOTFOUND) {
-        if (expected != NULL) {
-            rc = cnx_error_set(CNX_ECONFLICT, 0,
-                               "object %s: expected %s, but it does not "
-                               "exist",
-                               name, expected);
-            goto done;
-        }
-    } else if (rc != 0) {
-        goto done;
-    } else {
-        cnx_digest(old, old_len, current);
-        if (expected == NULL || strcmp(current, expected) != 0) {
-            rc = cnx_error_set(CNX_ECONFLICT, 0,
-                               "object %s changed: now %s, expected %s",
-                               name, current, expected ? expected : "none");
-            goto done;
-        }
-    }
-    n = snprintf(tmp, sizeof(tmp), "%s/.tmp.%ld.%lu", dir, (long)getpid(),
-                 (unsigned long)atomic_fetch_add(&tmp_counter, 1));
-    if (n < 0 || (size_t)n >= sizeof(tmp)) {
-        rc = cnx_error_set(CNX_ENAME, 0, "object path too long: %.100s", name);
-        goto done;
-    }
-    rc = inflight_add(tmp);
-    if (rc != 0)
-        goto done;
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 || cnx__write_all(fd, data, len) != 0 || fsync(fd) != 0 ||
-        rename(tmp, path) != 0) {
-        rc = cnx_error_set(CNX_EIO, 1, "cannot replace object %s: %s", name,
-                           strerror(errno));
-        unlink(tmp);
-        inflight_remove(tmp);
-        goto done;
-    }
-    inflight_remove(tmp);
-    rc = fsync_dir(dir) == 0 ? 0
-                             : cnx_error_set(CNX_EIO, 1,
-                                             "cannot sync directory of %s: %s",
-                                             name, strerror(errno));
-done:
-    if (fd >= 0)
-        close(fd);
-    if (lock_fd >= 0)
-        close(lock_fd); /* releases the flock */
-    free(old);
-    return rc;
-}
-
-/* ---- listing --------------------------------------------------------- */
-
-static int cmp_cstr(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/*
- * List directory `rel` (relative to the store root; "" for the root),
- * depth first, entries in byte order. A directory's entries are read
- * whole and sorted before any is visited, so "a/b" comes after "a" and
- * before "a0" only when byte order says so: names are compared whole.
- */
-static int list_dir(const cnx_store *store, const char *rel,
-                    cnx_store_list_fn fn, void *ctx, int depth)
-{
-    char path[PATH_MAX], child[PATH_MAX];
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *de;
-    DIR *dir;
-    int rc = 0;
-
-    if (depth > 64)
-        return cnx_error_set(CNX_EIO, 0, "store: %.200s: directories nested "
-                             "over 64 deep", rel);
-    if (snprintf(path, sizeof(path), "%s%s%s", store->root, rel[0] ? "/" : "",
-                 rel) >= (int)sizeof(path))
-        return cnx_error_set(CNX_ENAME, 0, "store: path too long: %.100s",
-                             rel);
-    dir = opendir(path);
-    if (dir == NULL) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return 0;
-        return cnx_error_set(CNX_EIO, 1, "store: cannot list %s: %s", path,
-                             strerror(errno));
-    }
-    while ((de = readdir(dir)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
-            strncmp(de->d_name, ".tmp.", 5) == 0)
-            continue;
-        if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 64;
-            char **grown = realloc(names, ncap * sizeof(*names));
-            if (grown == NULL) {
-                rc = cnx_error_set(CNX_ENOMEM, 0, "store: out of memory");
-                goto done;
-            }
-            names = grown;
-            cap = ncap;
-        }
-        names[n] = strdup(de->d_name);
-        if (names[n] == NULL) {
-            rc = cnx_error_set(CNX_ENOMEM, 0, "store: out of memory");
-            goto done;
-        }
-        n++;
-    }
-    if (n > 1)
-        qsort(names, n, sizeof(*names), cmp_cstr);
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        struct stat st;
-        char full[PATH_MAX];
-        if (snprintf(child, sizeof(child), "%s%s%s", rel, rel[0] ? "/" : "",
-                     names[i]) >= (int)sizeof(child) ||
-            snprintf(full, sizeof(full), "%s/%s", store->root, child) >=
-                (int)sizeof(full)) {
-            rc = cnx_error_set(CNX_ENAME, 0, "store: path too long: %.100s",
-                               names[i]);
-            break;
-        }
-        if (lstat(full, &st) != 0) {
-            if (errno == ENOENT)
-                continue; /* removed while listing */
-            rc = cnx_error_set(CNX_EIO, 1, "store: cannot stat %s: %s", full,
-                               strerror(errno));
-            break;
-        }
-        if (S_ISDIR(st.st_mode)) {
-            rc = list_dir(store, child, fn, ctx, depth + 1);
-        } else if (S_ISLNK(st.st_mode)) {
-            if (stat(full, &st) == 0 && S_ISDIR(st.st_mode))
-                continue;
-            rc = fn(ctx, child);
-        } else {
-            rc = fn(ctx, child);
-        }
-    }
-done:
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
-    closedir(dir);
-    return rc;
+    assert(store->ops->swap != NULL);
+    return store->ops->swap(store, name, expected, data, len);
 }
 
 int cnx_store_list(cnx_store *store, const char *prefix, cnx_store_list_fn fn,
@@ -683,8 +297,90 @@ int cnx_store_list(cnx_store *store, const char *prefix, cnx_store_list_fn fn,
         if (rc != 0)
             return rc;
     }
-    if (store->root == NULL)
+    if (store->ops->list == NULL)
         return cnx_error_set(CNX_EUNSUPPORTED, 0,
-                             "store %s cannot be listed", store->url);
-    return list_dir(store, prefix != NULL ? prefix : "", fn, ctx, 0);
+                             "store %s cannot be listed (%s:// has no "
+                             "listing)",
+                             store->url.canonical,
+                             cnx_url_scheme_name(store->url.scheme));
+    return store->ops->list(store, prefix, fn, ctx);
+}
+
+/* ---- concurrent reads ------------------------------------------------ */
+
+/* Each thread takes the next index; results are kept per object, so the
+ * caller sees them in its own order whatever the threads did. */
+typedef struct many_ctx {
+    cnx_store *store;
+    cnx_store_get_req *reqs;
+    size_t n;
+    size_t max_len;
+    atomic_size_t next;
+} many_ctx;
+
+static void get_one(many_ctx *m, size_t i)
+{
+    cnx_store_get_req *r = &m->reqs[i];
+    const cnx_error *e;
+    r->rc = r->expected != NULL
+                ? cnx_store_get_verified(m->store, r->name, r->expected,
+                                         m->max_len, &r->data, &r->len)
+                : cnx_store_get(m->store, r->name, m->max_len, &r->data,
+                                &r->len);
+    if (r->rc != 0) {
+        e = cnx_error_last();
+        r->retriable = e->retriable;
+        snprintf(r->message, sizeof(r->message), "%s", e->message);
+    }
+}
+
+static void *get_worker(void *arg)
+{
+    many_ctx *m = arg;
+    for (;;) {
+        size_t i = atomic_fetch_add(&m->next, 1);
+        if (i >= m->n)
+            break;
+        get_one(m, i);
+    }
+    return NULL;
+}
+
+static int store_concurrency(void)
+{
+    const char *s = getenv("CNX_STORE_CONCURRENCY");
+    long v = s ? strtol(s, NULL, 10) : 0;
+    return v >= 1 && v <= 64 ? (int)v : 8;
+}
+
+int cnx_store_get_many(cnx_store *store, cnx_store_get_req *reqs, size_t n,
+                       size_t max_len)
+{
+    many_ctx m = {store, reqs, n, max_len, 0};
+    pthread_t threads[64];
+    int nthreads = 0, want;
+
+    for (size_t i = 0; i < n; i++) {
+        reqs[i].data = NULL;
+        reqs[i].len = 0;
+        reqs[i].rc = 0;
+        reqs[i].retriable = 0;
+        reqs[i].message[0] = '\0';
+    }
+    want = cnx_store_is_remote(store) ? store_concurrency() : 1;
+    if ((size_t)want > n)
+        want = (int)n;
+    for (int t = 1; t < want; t++) {
+        if (pthread_create(&threads[nthreads], NULL, get_worker, &m) != 0)
+            break; /* fewer threads: the rest is done below */
+        nthreads++;
+    }
+    get_worker(&m);
+    for (int t = 0; t < nthreads; t++)
+        pthread_join(threads[t], NULL);
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].rc != 0)
+            return cnx_error_set(reqs[i].rc, reqs[i].retriable, "%s",
+                                 reqs[i].message);
+    return 0;
 }

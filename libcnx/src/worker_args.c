@@ -14,6 +14,7 @@
 #include "cnx/error.h"
 #include "cnx/lineage.h"
 #include "cnx/log.h"
+#include "cnx/store.h"
 #include "cnx/worker.h"
 
 /* How --help names the command: "cnx-<stage>", or what
@@ -60,6 +61,12 @@ static void help(const cnx_stage *stage)
            "  --metrics-port PORT     serve Prometheus metrics on "
            "http://0.0.0.0:PORT/metrics\n"
            "  --session-timeout-ms N  group session timeout (default 45000)\n"
+           "  --cache DIR             local read cache of remote inputs, "
+           "keyed by digest\n"
+           "                          (default $CNX_CACHE_DIR; may be shared "
+           "by workers)\n"
+           "  --cache-max-bytes N     bound of the cache (K, M, G suffixes; "
+           "default 10G)\n"
            "  --max-tasks N           exit after N tasks\n"
            "  --idle-exit SECONDS     exit after SECONDS without a task\n"
            "  --slow-ms N             (tests only) sleep N ms in every task\n"
@@ -77,7 +84,7 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
     enum {
         O_BROKERS = 256, O_KCONF, O_KEY, O_INSTANCE, O_GROUP, O_CONTAINER,
         O_DIRTY, O_GRACE, O_METRICS, O_MAXT, O_IDLE, O_SLOW, O_SESSION,
-        O_HELP, O_VERSION
+        O_HELP, O_VERSION, O_CACHE, O_CACHE_MAX
     };
     static const struct option longopts[] = {
         {"brokers", required_argument, NULL, O_BROKERS},
@@ -93,6 +100,8 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
         {"idle-exit", required_argument, NULL, O_IDLE},
         {"slow-ms", required_argument, NULL, O_SLOW},
         {"session-timeout-ms", required_argument, NULL, O_SESSION},
+        {"cache", required_argument, NULL, O_CACHE},
+        {"cache-max-bytes", required_argument, NULL, O_CACHE_MAX},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
@@ -150,6 +159,16 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
                 return usage_error(stage, "bad --session-timeout-ms", optarg);
             opts->session_timeout_ms = (int)n;
             break;
+        case O_CACHE:
+            if (optarg[0] != '/')
+                return usage_error(stage, "--cache needs an absolute "
+                                   "directory, not", optarg);
+            opts->cache_dir = optarg;
+            break;
+        case O_CACHE_MAX:
+            if (cnx_store_parse_size(optarg, &opts->cache_max_bytes) != 0)
+                return usage_error(stage, "bad --cache-max-bytes", optarg);
+            break;
         case 'q': opts->quiet = 1; break;
         case O_HELP: help(stage); return 1;
         case O_VERSION:
@@ -179,6 +198,14 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
     }
     if (opts->quiet)
         cnx_log_set_level(CNX_LOG_WARN);
+    if ((opts->cache_dir != NULL || opts->cache_max_bytes > 0) &&
+        cnx_store_cache_configure(opts->cache_dir ? opts->cache_dir
+                                                  : getenv("CNX_CACHE_DIR"),
+                                  opts->cache_max_bytes) != 0) {
+        fprintf(stderr, "%s: %s\n", command(stage),
+                cnx_error_last()->message);
+        return 2;
+    }
     return 0;
 }
 

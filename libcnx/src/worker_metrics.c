@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cnx/error.h"
+#include "cnx/store.h"
 #include "worker_int.h"
 
 /* Upper bounds (seconds) of the task duration histogram buckets. */
@@ -31,7 +32,8 @@ void cnx__metrics_observe(cnx_metrics *m, double seconds)
 
 char *cnx__metrics_render(cnx_metrics *m)
 {
-    size_t cap = 8192, n = 0;
+    size_t cap = 16384, n = 0;
+    cnx_store_stats ss;
     char *buf = malloc(cap);
     const char *st = m->stage;
     if (buf == NULL)
@@ -78,6 +80,43 @@ char *cnx__metrics_render(cnx_metrics *m)
          atomic_load(&m->duration_sum));
     EMIT("cnx_task_duration_seconds_count{stage=\"%s\"} %lld\n", st,
          (long long)atomic_load(&m->duration_count));
+    cnx_store_stats_get(&ss);
+    EMIT("# HELP cnx_store_cache_requests_total Verified reads of remote "
+         "objects, by cache result.\n"
+         "# TYPE cnx_store_cache_requests_total counter\n");
+    EMIT("cnx_store_cache_requests_total{stage=\"%s\",result=\"hit\"} "
+         "%llu\n", st, (unsigned long long)ss.cache_hits);
+    EMIT("cnx_store_cache_requests_total{stage=\"%s\",result=\"miss\"} "
+         "%llu\n", st, (unsigned long long)ss.cache_misses);
+    EMIT("# HELP cnx_store_cache_bytes_total Bytes served from the cache "
+         "(hit) or fetched into it (miss).\n"
+         "# TYPE cnx_store_cache_bytes_total counter\n");
+    EMIT("cnx_store_cache_bytes_total{stage=\"%s\",result=\"hit\"} "
+         "%llu\n", st, (unsigned long long)ss.cache_hit_bytes);
+    EMIT("cnx_store_cache_bytes_total{stage=\"%s\",result=\"miss\"} "
+         "%llu\n", st, (unsigned long long)ss.cache_miss_bytes);
+    EMIT("# HELP cnx_store_cache_evictions_total Cache entries evicted.\n"
+         "# TYPE cnx_store_cache_evictions_total counter\n");
+    EMIT("cnx_store_cache_evictions_total{stage=\"%s\"} %llu\n", st,
+         (unsigned long long)ss.cache_evictions);
+    EMIT("# HELP cnx_store_requests_total HTTP requests to object stores, "
+         "and the retries among them.\n"
+         "# TYPE cnx_store_requests_total counter\n");
+    EMIT("cnx_store_requests_total{stage=\"%s\",kind=\"all\"} %llu\n", st,
+         (unsigned long long)ss.requests);
+    EMIT("cnx_store_requests_total{stage=\"%s\",kind=\"retry\"} %llu\n",
+         st, (unsigned long long)ss.retries);
+    EMIT("# HELP cnx_store_bytes_total Bytes moved to and from object "
+         "stores.\n# TYPE cnx_store_bytes_total counter\n");
+    EMIT("cnx_store_bytes_total{stage=\"%s\",direction=\"in\"} %llu\n", st,
+         (unsigned long long)ss.bytes_in);
+    EMIT("cnx_store_bytes_total{stage=\"%s\",direction=\"out\"} %llu\n",
+         st, (unsigned long long)ss.bytes_out);
+    EMIT("# HELP cnx_store_digest_refetches_total Remote reads fetched again "
+         "because their bytes did not match the digest.\n"
+         "# TYPE cnx_store_digest_refetches_total counter\n");
+    EMIT("cnx_store_digest_refetches_total{stage=\"%s\"} %llu\n", st,
+         (unsigned long long)ss.digest_refetches);
 #undef EMIT
     return buf;
 }

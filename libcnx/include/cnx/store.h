@@ -1,12 +1,15 @@
 /*
  * cnx/store.h - object storage behind one interface.
  *
- * A store is opened from a URL: file:///abs/dir (or a plain path) now; the
- * interface is the one s3://, gs:// and http(s):// backends plug into.
- * Objects are named by relative paths ("scale/0-64_0-64_0-64"). Writes are
- * atomic (temporary file, fsync, no-clobber link, directory fsync) and
- * write-once: putting identical bytes again is a no-op success, different
- * bytes fail with CNX_EIMMUTABLE and leave the object as it was.
+ * A store is opened from a URL (cnx/url.h): file:///abs/dir or a plain
+ * path, s3://bucket/prefix and gs://bucket/prefix (docs/storage.md), and
+ * http(s)://host/prefix, read-only. Objects are named by relative paths
+ * ("scale/0-64_0-64_0-64"). Writes are atomic (file://: temporary file,
+ * fsync, no-clobber link, directory fsync; object stores: one conditional
+ * PUT) and write-once: putting identical bytes again is a no-op success,
+ * different bytes fail with CNX_EIMMUTABLE and leave the object as it was.
+ * Verified reads of remote objects go through a local cache keyed by
+ * digest when one is configured (cnx_store_cache_configure).
  * Thread-safety: a store may be shared between threads.
  */
 #ifndef CNX_STORE_H
@@ -26,16 +29,49 @@ typedef struct cnx_store cnx_store;
 /** Default cap on one object read, bytes (1 GiB). */
 #define CNX_STORE_MAX_OBJECT ((size_t)1 << 30)
 
+/** Default bound of the read cache, bytes (10 GiB). */
+#define CNX_STORE_CACHE_DEFAULT_MAX ((uint64_t)10 << 30)
+
 /**
- * Open a store. For file:// the directory is created if missing.
+ * Open a store. For file:// the directory is created if missing; object
+ * stores are not contacted until the first operation.
  * @param[out] out  caller frees with cnx_store_free()
- * @return 0; CNX_EINVAL for a malformed URL; CNX_EUNSUPPORTED for a scheme
- *         this build lacks; CNX_EIO if the directory cannot be made.
+ * @return 0; CNX_EINVAL for a malformed URL or configuration (credentials
+ *         file); CNX_EUNSUPPORTED for a scheme this build lacks; CNX_EIO if
+ *         the directory cannot be made.
  */
 int cnx_store_open(cnx_store **out, const char *url);
 void cnx_store_free(cnx_store *store);
 /** @return the store's canonical URL ("file:///abs/dir"), borrowed. */
 const char *cnx_store_url(const cnx_store *store);
+/** @return 1 for an object store or web server, 0 for file://. */
+int cnx_store_is_remote(const cnx_store *store);
+
+/**
+ * Configure the process's read cache of remote objects: a directory
+ * (created if missing; NULL disables the cache) and its bound in bytes (0
+ * keeps the current one, default CNX_STORE_CACHE_DEFAULT_MAX). Without a
+ * call, CNX_CACHE_DIR and CNX_CACHE_MAX_BYTES are read at the first read.
+ * Several processes may share one directory.
+ * @return 0; CNX_EINVAL (not absolute); CNX_EIO (cannot create).
+ */
+int cnx_store_cache_configure(const char *dir, uint64_t max_bytes);
+
+/** Parse "N", "NK", "NM" or "NG" (binary units) into bytes.
+ * @return 0 or CNX_EINVAL. */
+int cnx_store_parse_size(const char *text, uint64_t *out);
+
+/** Process-wide storage counters (for metrics). */
+typedef struct cnx_store_stats {
+    uint64_t cache_hits, cache_misses;   /* verified remote reads */
+    uint64_t cache_hit_bytes, cache_miss_bytes;
+    uint64_t cache_evictions;
+    uint64_t digest_refetches; /* remote reads fetched again on a mismatch */
+    uint64_t requests, retries; /* HTTP requests to object stores */
+    uint64_t bytes_in, bytes_out;
+} cnx_store_stats;
+
+void cnx_store_stats_get(cnx_store_stats *out);
 
 /**
  * Check an object name: non-empty, at most 1024 bytes, relative, no empty,
@@ -62,6 +98,7 @@ void cnx_store_conflict_clear(void);
  * @param digest  if not NULL, receives the digest of data
  * @return 0 (written, or already there with identical bytes);
  *         CNX_ENAME; CNX_EIMMUTABLE if it exists with other bytes;
+ *         CNX_EUNSUPPORTED for a read-only (http(s)://) store;
  *         CNX_EIO (retriable) on a storage failure.
  */
 int cnx_store_put(cnx_store *store, const char *name, const void *data,
@@ -78,12 +115,45 @@ int cnx_store_get(cnx_store *store, const char *name, size_t max_len,
                   uint8_t **data, size_t *len);
 
 /**
+ * Read bytes [offset, offset + len) of an object; fewer (got < len) when
+ * the object ends first.
+ * @param[out] data  caller frees with free(); NUL-terminated
+ * @return 0; CNX_ENAME; CNX_ENOTFOUND; CNX_ERANGE (len 0 or over
+ *         CNX_STORE_MAX_OBJECT); CNX_EIO (retriable).
+ */
+int cnx_store_get_range(cnx_store *store, const char *name, uint64_t offset,
+                        size_t len, uint8_t **data, size_t *got);
+
+/**
  * Read an object and check it against the digest its reader expects.
+ * Remote objects are served from the read cache when it holds the digest,
+ * and are fetched again (twice at most) when their bytes arrive corrupted.
  * @return as cnx_store_get, or CNX_EDIGEST on mismatch (nothing returned).
  */
 int cnx_store_get_verified(cnx_store *store, const char *name,
                            const char *expected, size_t max_len,
                            uint8_t **data, size_t *len);
+
+/** One read of cnx_store_get_many. */
+typedef struct cnx_store_get_req {
+    const char *name;     /* in: object name */
+    const char *expected; /* in: digest to check, or NULL for a plain get */
+    uint8_t *data;        /* out: caller frees with free() */
+    size_t len;           /* out */
+    int rc;               /* out: 0 or the CNX_E* of this read */
+    int retriable;        /* out: of a failure */
+    char message[512];    /* out: the one-line error of a failure */
+} cnx_store_get_req;
+
+/**
+ * Read several objects, concurrently on a remote store (CNX_STORE_CONCURRENCY
+ * connections, default 8), one after another on file://. Every request
+ * gets its own result; the caller frees every data, failed or not.
+ * @return 0 if all succeeded, else the first failure in request order,
+ *         with its message as this thread's last error.
+ */
+int cnx_store_get_many(cnx_store *store, cnx_store_get_req *reqs, size_t n,
+                       size_t max_len);
 
 /**
  * Replace a mutable metadata object (a layer's `info` when a scale is
@@ -100,7 +170,8 @@ int cnx_store_swap(cnx_store *store, const char *name, const char *expected,
 
 /**
  * Abandon every write in flight in this process: remove their temporary
- * files and make every later put or swap fail with CNX_EIO. Called by a
+ * files, stop uploads in flight, and make every later put or swap fail
+ * with CNX_EIO. Called by a
  * worker that gives up its task at the end of a SIGTERM grace period, so
  * that it leaves neither a partial object nor a temporary file behind.
  * Thread-safe; irreversible.
@@ -123,7 +194,8 @@ typedef int (*cnx_store_list_fn)(void *ctx, const char *name);
  * (".tmp.*") are not objects and are skipped; so are links to directories.
  * A prefix that does not exist lists nothing.
  * @return 0; the callback's non-zero value; CNX_ENAME for a bad prefix;
- *         CNX_EUNSUPPORTED for a store that cannot list; CNX_EIO;
+ *         CNX_EUNSUPPORTED for a store that cannot list (http(s)://);
+ *         CNX_EIO;
  *         CNX_ENOMEM.
  */
 int cnx_store_list(cnx_store *store, const char *prefix, cnx_store_list_fn fn,

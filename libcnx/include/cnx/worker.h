@@ -110,6 +110,8 @@ typedef struct cnx_worker_opts {
     double idle_exit_s;           /* exit 0 after idle this long (0: never) */
     int slow_ms;                  /* test only: sleep in each task */
     int session_timeout_ms;       /* 0: default */
+    const char *cache_dir;        /* read cache (NULL: $CNX_CACHE_DIR) */
+    uint64_t cache_max_bytes;     /* 0: default */
     int quiet;
 } cnx_worker_opts;
 
