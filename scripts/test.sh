@@ -9,6 +9,15 @@ cd "$(dirname "$0")/.."
 # Test builds compile in the fault hooks the acceptance tests switch on
 # (docs/operations.md); the demo's build (scripts/demo.sh) does not.
 CNX_FAULT_INJECTION=ON bash scripts/setup.sh release asan
+# Test-only tools: node and npm run the S3 server the storage tests start
+# (tests/support/s3rver.sh installs s3rver, pinned, from npm).
+if ! command -v npm >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+    --no-install-recommends nodejs npm >/dev/null
+fi
 jobs=$(nproc 2>/dev/null || echo 2)
 echo "== unit + integration tests under ASan + UBSan (build-asan) =="
 (cd build-asan && ctest --output-on-failure -j"$jobs" -LE acceptance)

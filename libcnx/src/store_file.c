@@ -32,6 +32,10 @@
 #include "fd_int.h"
 #include "store_int.h"
 
+/* The lock file of a swap: ".lock.<name>" beside the object; like
+ * temporary files (".tmp.*"), never an object and never listed. */
+#define LOCK_PREFIX ".lock."
+
 typedef struct file_impl {
     char *root; /* /abs/dir, no trailing slash */
 } file_impl;
@@ -391,7 +395,9 @@ static int file_swap(cnx_store *store, const char *name,
     rc = make_dirs(dir);
     if (rc != 0)
         return rc;
-    n = snprintf(lock, sizeof(lock), "%s.lock", path);
+    slash = strrchr(path, '/');
+    n = snprintf(lock, sizeof(lock), "%.*s/" LOCK_PREFIX "%s",
+                 (int)(slash - path), path, slash + 1);
     if (n < 0 || (size_t)n >= sizeof(lock))
         return cnx_error_set(CNX_ENAME, 0, "object path too long: %.100s",
                              name);
@@ -491,9 +497,18 @@ static int list_dir(const cnx_store *store, const char *rel,
                              strerror(errno));
     }
     while ((de = readdir(dir)) != NULL) {
+        int is_dir = de->d_type == DT_DIR;
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
-            strncmp(de->d_name, ".tmp.", 5) == 0)
+            strncmp(de->d_name, ".tmp.", 5) == 0 ||
+            strncmp(de->d_name, LOCK_PREFIX, strlen(LOCK_PREFIX)) == 0)
             continue;
+        if (de->d_type == DT_UNKNOWN) {
+            struct stat st;
+            char full[PATH_MAX];
+            is_dir = (size_t)snprintf(full, sizeof(full), "%s/%s", path,
+                                      de->d_name) < sizeof(full) &&
+                     lstat(full, &st) == 0 && S_ISDIR(st.st_mode);
+        }
         if (n == cap) {
             size_t ncap = cap ? cap * 2 : 64;
             char **grown = realloc(names, ncap * sizeof(*names));
@@ -504,7 +519,12 @@ static int list_dir(const cnx_store *store, const char *rel,
             names = grown;
             cap = ncap;
         }
-        names[n] = strdup(de->d_name);
+        /* A directory sorts as "name/", so that its objects come where
+         * their whole names do in byte order ("a-b" < "a/x" < "a0"). */
+        names[n] = malloc(strlen(de->d_name) + 2);
+        if (names[n] != NULL)
+            snprintf(names[n], strlen(de->d_name) + 2, "%s%s", de->d_name,
+                     is_dir ? "/" : "");
         if (names[n] == NULL) {
             rc = cnx_error_set(CNX_ENOMEM, 0, "store: out of memory");
             goto done;
@@ -516,6 +536,9 @@ static int list_dir(const cnx_store *store, const char *rel,
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct stat st;
         char full[PATH_MAX];
+        size_t nl = strlen(names[i]);
+        if (nl > 0 && names[i][nl - 1] == '/')
+            names[i][nl - 1] = '\0';
         if (snprintf(child, sizeof(child), "%s%s%s", rel, rel[0] ? "/" : "",
                      names[i]) >= (int)sizeof(child) ||
             snprintf(full, sizeof(full), "%s/%s", root_of(store), child) >=

@@ -161,9 +161,11 @@ int cnx_store_get_many(cnx_store *store, cnx_store_get_req *reqs, size_t n,
  * if the object's current digest is `expected` (NULL: only if it does not
  * exist). Chunk objects are never swapped; they stay write-once.
  * Safe between threads and processes (file:// uses an flock'd lock file
- * beside the object and rename(2)).
+ * ".lock.<name>" beside the object and rename(2); object stores If-Match
+ * on the ETag or generation, where the store honours it: docs/storage.md).
  * @return 0; CNX_ECONFLICT if the object changed (re-read and retry);
- *         CNX_ENAME; CNX_EIO (retriable).
+ *         CNX_ENAME; CNX_EUNSUPPORTED (read-only store); CNX_EIO
+ *         (retriable).
  */
 int cnx_store_swap(cnx_store *store, const char *name, const char *expected,
                    const void *data, size_t len);
@@ -191,7 +193,8 @@ typedef int (*cnx_store_list_fn)(void *ctx, const char *name);
  * List every object whose name lies under prefix (a directory-like name:
  * "lineage" lists "lineage/..."; "" or NULL lists the whole store),
  * recursively, in byte order of name. Temporary files of puts in flight
- * (".tmp.*") are not objects and are skipped; so are links to directories.
+ * (".tmp.*") and the lock files of swaps (".lock.*") are not objects and
+ * are skipped; so are links to directories.
  * A prefix that does not exist lists nothing.
  * @return 0; the callback's non-zero value; CNX_ENAME for a bad prefix;
  *         CNX_EUNSUPPORTED for a store that cannot list (http(s)://);
