@@ -24,6 +24,7 @@
 #include "cnx/cli.h"
 #include "cnx/error.h"
 #include "cnx/task.h"
+#include "cnx/url.h"
 #include "json_int.h"
 
 #define COORD_LIMIT ((int64_t)1 << 40)
@@ -232,45 +233,42 @@ void cnx_request_id_default(char out[CNX_REQUEST_ID_MAX + 1], int64_t now,
     snprintf(out + used + i, CNX_REQUEST_ID_MAX + 1 - used - i, "%s", tail);
 }
 
-/* A store URL, as the task parser accepts them. */
-static int check_url(const char *what, const char *s)
+/* A store URL by cnx/url.h (not a plain path), of at most URL_MAX bytes
+ * as the task parser accepts them; its canonical form into canonical
+ * (may be NULL). */
+static int check_url(const char *what, const char *s,
+                     char canonical[CNX_URL_MAX])
 {
+    char why[sizeof(cnx_error_last()->message)];
     size_t len = strlen(s);
+    cnx_url url;
     if (len == 0 || len > URL_MAX)
         return cnx_error_set(CNX_EINVAL, 0,
                              "%s: must be a URL of 1 to %d characters", what,
                              URL_MAX);
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-            return cnx_error_set(CNX_EINVAL, 0, "%s: control character in URL",
-                                 what);
-    if (strncmp(s, "file:///", 8) != 0 && strncmp(s, "s3://", 5) != 0 &&
-        strncmp(s, "gs://", 5) != 0 && strncmp(s, "http://", 7) != 0 &&
-        strncmp(s, "https://", 8) != 0)
-        return cnx_error_set(CNX_EINVAL, 0,
-                             "%s '%.80s': must start with file:///, s3://, "
-                             "gs://, http:// or https://",
-                             what, s);
-    if (strstr(s, "/../") != NULL ||
-        (len >= 3 && strcmp(s + len - 3, "/..") == 0))
-        return cnx_error_set(CNX_EINVAL, 0,
-                             "%s '%.80s': must not contain a '..' component",
-                             what, s);
+    if (cnx_url_parse(&url, s, 0) != 0) {
+        snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
+        return cnx_error_set(CNX_EINVAL, 0, "%s: %s", what, why);
+    }
+    if (canonical != NULL)
+        memcpy(canonical, url.canonical, strlen(url.canonical) + 1);
     return 0;
 }
 
 int cnx_reprocess_dataset_url(const char *arg, char **out)
 {
+    char why[sizeof(cnx_error_last()->message)];
     struct stat st;
     char *real = NULL;
+    cnx_url url;
     int rc;
 
     *out = NULL;
     if (strstr(arg, "://") != NULL) {
-        rc = check_url("--dataset", arg);
+        rc = check_url("--dataset", arg, url.canonical);
         if (rc != 0)
             return rc;
-        *out = strdup(arg);
+        *out = strdup(url.canonical);
         return *out != NULL ? 0 : oom();
     }
     if (arg[0] == '\0')
@@ -286,20 +284,18 @@ int cnx_reprocess_dataset_url(const char *arg, char **out)
         return cnx_error_set(CNX_ENOTFOUND, 0,
                              "--dataset '%.200s': cannot resolve the path",
                              arg);
-    *out = malloc(strlen(real) + 8);
-    if (*out == NULL) {
-        free(real);
-        return oom();
-    }
-    memcpy(*out, "file://", 7);
-    memcpy(*out + 7, real, strlen(real) + 1);
+    /* the real path of a local directory, as a file:// URL */
+    rc = cnx_url_parse(&url, real, CNX_URL_ALLOW_PATH);
     free(real);
-    rc = check_url("--dataset", *out);
     if (rc != 0) {
-        free(*out);
-        *out = NULL;
+        snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
+        return cnx_error_set(rc, 0, "--dataset: %s", why);
     }
-    return rc;
+    rc = check_url("--dataset", url.canonical, NULL);
+    if (rc != 0)
+        return rc;
+    *out = strdup(url.canonical);
+    return *out != NULL ? 0 : oom();
 }
 
 /* ---- the request ------------------------------------------------------ */
@@ -331,7 +327,7 @@ int cnx_request_build(const cnx_request_spec *spec, char **out)
                            "request: workflow: must be a JSON object");
         goto done;
     }
-    rc = check_url("request: dataset", spec->dataset);
+    rc = check_url("request: dataset", spec->dataset, NULL);
     if (rc != 0)
         goto done;
     for (int a = 0; a < 3; a++) {
@@ -468,7 +464,7 @@ static int get_url(const json_t *obj, const char *prefix, const char *key,
 {
     fpath p = at(prefix, key);
     int rc = get_text(obj, prefix, key, URL_MAX, NULL, dup);
-    if (rc == 0 && check_url(p.s, *dup) != 0) {
+    if (rc == 0 && check_url(p.s, *dup, NULL) != 0) {
         char why[sizeof(cnx_error_last()->message)];
         snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
         return cnx_error_set(CNX_ESCHEMA, 0, "request-state: %s", why);

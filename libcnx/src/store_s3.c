@@ -19,6 +19,7 @@
  */
 #include <arpa/inet.h>
 #include <assert.h>
+#include <ctype.h>
 #include <expat.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -353,7 +354,7 @@ static int s3_get_body(cnx_store *store, const char *name, size_t max_len,
  * @return 0; CNX_ENOTFOUND; CNX_EIO.
  */
 static int stored_digest(cnx_store *store, const char *name,
-                         char out[CNX_DIGEST_LEN])
+                         char out[CNX_DIGEST_LEN], char etag[256])
 {
     const s3_impl *s = impl_of(store);
     s3_op op = {.method = "HEAD", .name = name, .query = "", .max_body = 0};
@@ -368,6 +369,8 @@ static int stored_digest(cnx_store *store, const char *name,
     rc = s3_send(store, &op, &what, &resp);
     if (rc != 0)
         return rc;
+    if (etag != NULL)
+        snprintf(etag, 256, "%s", resp.etag);
     if (resp.status != 200) {
         rc = s3_fail(store, &op, what, &resp);
     } else if (digest_from_base64(resp.checksum_sha256, out)) {
@@ -412,6 +415,41 @@ static void op_digest_headers(const s3_impl *s, s3_op *op, const char *digest,
     }
 }
 
+/* How many times a PUT whose stored bytes came out different from those
+ * sent (by the ETag) is sent again. */
+#define PUT_REPAIRS 3
+
+/* MD5 of a body, hex (the ETag of a single PUT) and base64 (Content-MD5). */
+static void body_md5(const void *data, size_t len, char hex[33],
+                     char b64[25])
+{
+    uint8_t md[16];
+    unsigned int n = 0;
+    int ok = EVP_Digest(data, len, md, &n, EVP_md5(), NULL);
+    assert(ok == 1 && n == 16);
+    (void)ok;
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    EVP_EncodeBlock((unsigned char *)b64, md, 16);
+}
+
+/* 1 if etag is the plain MD5 form ("<32 hex>", quoted or not) of other
+ * bytes than md5_hex; 0 when it matches or is another form (multipart,
+ * encrypted objects, GCS), which says nothing. */
+static int etag_is_other_md5(const char *etag, const char *md5_hex)
+{
+    const char *p = etag;
+    size_t n = strlen(p);
+    if (n >= 2 && p[0] == '"' && p[n - 1] == '"')
+        p++, n -= 2;
+    if (n != 32)
+        return 0;
+    for (size_t i = 0; i < 32; i++)
+        if (!isxdigit((unsigned char)p[i]))
+            return 0;
+    return strncasecmp(p, md5_hex, 32) != 0;
+}
+
 static int s3_put(cnx_store *store, const char *name, const void *data,
                   size_t len, const char *digest)
 {
@@ -424,7 +462,7 @@ static int s3_put(cnx_store *store, const char *name, const void *data,
                 .payload_hex = digest + 7,
                 .max_body = CNX_HTTP_ERROR_BODY_MAX,
                 .flags = CNX_HTTP_WRITE};
-    char stored[CNX_DIGEST_LEN], b64[45];
+    char stored[CNX_DIGEST_LEN], b64[45], md5_hex[33], md5_b64[25];
     cnx__http_resp resp;
     char *what = NULL;
     int rc;
@@ -435,27 +473,57 @@ static int s3_put(cnx_store *store, const char *name, const void *data,
                              "put %s: writes abandoned: the "
                              "worker is stopping",
                              name);
+    body_md5(data, len, md5_hex, md5_b64);
     if (s->check_before_put) {
-        rc = stored_digest(store, name, stored);
-        if (rc == 0)
+        char etag[256];
+        rc = stored_digest(store, name, stored, etag);
+        if (rc == 0 && (strcmp(stored, digest) != 0 ||
+                        !etag_is_other_md5(etag, md5_hex)))
             return compare_stored(name, stored, digest);
-        if (rc != CNX_ENOTFOUND)
+        if (rc != 0 && rc != CNX_ENOTFOUND)
             return rc;
+        /* Missing, or ours by its metadata but with other bytes (an
+         * earlier upload of it damaged on the way to a store that checks
+         * no checksum): PUT it, again. */
     }
     if (s->gs)
         op_header(&op, "x-goog-if-generation-match", "0");
     else
         op_header(&op, "If-None-Match", "*");
+    op_header(&op, "Content-MD5", md5_b64);
     op_digest_headers(s, &op, digest, b64);
-    rc = s3_send(store, &op, &what, &resp);
-    if (rc != 0)
-        return rc;
+    for (int attempt = 0;; attempt++) {
+        rc = s3_send(store, &op, &what, &resp);
+        if (rc != 0)
+            return rc;
+        /* A store that checks neither checksum nor Content-MD5 still
+         * answers with the MD5 of what it stored as the ETag: bytes
+         * damaged on the way are found here and sent again. */
+        if (!s->check_before_put ||
+            !(resp.status == 200 || resp.status == 201 ||
+              resp.status == 204) ||
+            !etag_is_other_md5(resp.etag, md5_hex))
+            break;
+        cnx__store_count_refetch();
+        if (attempt >= PUT_REPAIRS) {
+            rc = cnx_error_set(CNX_EIO, 1,
+                               "PUT %s: the stored bytes differ from those "
+                               "sent (ETag %s, MD5 sent %s), %d times",
+                               what, resp.etag, md5_hex, attempt + 1);
+            cnx__http_resp_dispose(&resp);
+            free(what);
+            return rc;
+        }
+        cnx__http_resp_dispose(&resp);
+        free(what);
+        what = NULL;
+    }
     if (resp.status == 200 || resp.status == 201 || resp.status == 204) {
         rc = 0;
     } else if (resp.status == 412 || resp.status == 409 || resp.status == 304) {
         /* There already (or being written: 409 ConditionalRequestConflict
          * on S3; some S3 look-alikes answer 304): compare what is there. */
-        rc = stored_digest(store, name, stored);
+        rc = stored_digest(store, name, stored, NULL);
         if (rc == 0)
             rc = compare_stored(name, stored, digest);
         else if (rc == CNX_ENOTFOUND)

@@ -17,7 +17,7 @@
 
 #include "cnx/error.h"
 #include "cnx/json.h"
-#include "cnx/store.h"
+#include "cnx/url.h"
 #include "json_int.h"
 
 #define COORD_LIMIT ((int64_t)1 << 40)
@@ -59,12 +59,15 @@ static int get_ident(const json_t *obj, const char *key, const char *path,
     return 0;
 }
 
-/* A store URL: non-empty, <= 2048 bytes, no NUL or control characters. */
+/* A store URL: at most 2048 bytes, a URL by cnx/url.h (a plain path is
+ * not), and canonical, so that one layer has one spelling in task keys. */
 static int get_url(const json_t *obj, const char *key, const char *path,
                    char **dst)
 {
     const json_t *v = json_object_get(obj, key);
+    char why[sizeof(cnx_error_last()->message)];
     const char *s;
+    cnx_url url;
     size_t len;
     if (v == NULL)
         return bad(path, "missing");
@@ -74,16 +77,16 @@ static int get_url(const json_t *obj, const char *key, const char *path,
     len = json_string_length(v);
     if (len == 0 || len > 2048 || strlen(s) != len)
         return bad(path, "must be a URL of 1 to 2048 characters");
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-            return bad(path, "control character in URL");
-    if (strncmp(s, "file:///", 8) != 0 && strncmp(s, "s3://", 5) != 0 &&
-        strncmp(s, "gs://", 5) != 0 && strncmp(s, "http://", 7) != 0 &&
-        strncmp(s, "https://", 8) != 0)
-        return bad(path, "must start with file:///, s3://, gs://, http:// "
-                         "or https://");
-    if (strstr(s, "/../") != NULL || (len >= 3 && strcmp(s + len - 3, "/..") == 0))
-        return bad(path, "must not contain a '..' component");
+    if (cnx_url_parse(&url, s, 0) != 0) {
+        snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
+        return bad(path, why);
+    }
+    if (strcmp(url.canonical, s) != 0) {
+        snprintf(why, sizeof(why),
+                 "URL '%.200s' is not canonical (write '%.200s')", s,
+                 url.canonical);
+        return bad(path, why);
+    }
     *dst = strdup(s);
     if (*dst == NULL)
         return cnx_error_set(CNX_ENOMEM, 0, "task: out of memory");
@@ -96,7 +99,7 @@ static int get_name(const json_t *v, const char *path, char **dst)
     if (!json_is_string(v) || strlen(json_string_value(v)) !=
                                   json_string_length(v))
         return bad(path, "must be a string without NUL");
-    if (cnx_store_check_name(json_string_value(v)) != 0) {
+    if (cnx_url_check_name(json_string_value(v)) != 0) {
         snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
         return bad(path, why);
     }
@@ -215,7 +218,7 @@ static int parse_input(cnx_task_input *in, const char *role, const json_t *v)
         cnx_task_object *o = &in->objects[k];
         snprintf(path, sizeof(path), "inputs.%s.objects[\"%.64s\"]", role,
                  name);
-        if (strlen(name) > 1024 || cnx_store_check_name(name) != 0) {
+        if (cnx_url_check_name(name) != 0) {
             char why[sizeof(cnx_error_last()->message)];
             snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
             return bad(path, why);
