@@ -18,6 +18,7 @@
 #include "cnx/error.h"
 #include "cnx/log.h"
 #include "cnx/task.h"
+#include "cnx/url.h"
 #include "json_int.h"
 
 #define GENESIS "sha256:0000000000000000000000000000000000000000000000000000000000000000"
@@ -149,6 +150,7 @@ static int apply_request(ctl *c, const json_t *m)
     char *wj = NULL, *rj = NULL, digest[CNX_DIGEST_LEN];
     int64_t v[3];
     sqlite3_stmt *st;
+    cnx_url url;
     int rc = cnx__json_only_keys(m, keys, CNX_ESCHEMA, "request");
 
     if (rc != 0)
@@ -161,6 +163,15 @@ static int apply_request(ctl *c, const json_t *m)
         return bad("cnx.request/1", "workflow: must be a workflow document");
     if (ds == NULL || ds[0] == '\0')
         return bad("cnx.request/1", "dataset: must be a store URL");
+    rc = cnx_url_parse(&url, ds, 0);
+    if (rc != 0) {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
+        return bad("cnx.request/1", why);
+    }
+    if (strcmp(url.canonical, ds) != 0)
+        return bad("cnx.request/1", "dataset: not a canonical URL "
+                   "(cnx/url.h)");
     if (!json_is_object(roi) ||
         cnx__json_ivec(json_object_get(roi, "min"), 3, -(1LL << 40),
                        1LL << 40, v, CNX_ESCHEMA, "request: roi.min") != 0 ||

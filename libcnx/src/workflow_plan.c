@@ -26,6 +26,7 @@
 
 #include "cnx/downsample.h"
 #include "cnx/error.h"
+#include "cnx/url.h"
 #include "cnx/store.h"
 #include "cnx/task.h"
 #include "cnx/tileset.h"
@@ -237,33 +238,41 @@ size_t cnx_plan_externals(const cnx_workflow *wf, cnx_plan_ref *refs,
     return n;
 }
 
-/* dataset without trailing slashes into dst (2048 bytes). */
+/* The dataset's canonical URL (cnx/url.h) into dst (2048 bytes). */
 static int copy_dataset(char dst[2048], const char *dataset)
 {
-    size_t n = dataset ? strlen(dataset) : 0;
-    while (n > 1 && dataset[n - 1] == '/')
-        n--;
-    if (n == 0 || n >= 2048)
+    cnx_url url;
+    int rc;
+    if (dataset == NULL || dataset[0] == '\0')
+        return cnx_error_set(CNX_EINVAL, 0, "plan: dataset URL is empty");
+    rc = cnx_url_parse(&url, dataset, 0);
+    if (rc != 0)
+        return cnx_error_wrap("plan: dataset");
+    if (strlen(url.canonical) >= 2048)
         return cnx_error_set(CNX_EINVAL, 0,
                              "plan: dataset URL must be 1 to 2047 "
                              "characters");
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)dataset[i] < 0x20 || dataset[i] == 0x7f)
-            return cnx_error_set(CNX_EINVAL, 0,
-                                 "plan: control character in dataset URL");
-    memcpy(dst, dataset, n);
-    dst[n] = '\0';
+    memcpy(dst, url.canonical, strlen(url.canonical) + 1);
     return 0;
 }
 
+/* dataset/path, joined by the URL module (path is checked as an object
+ * name: no "..", no absolute path). */
 static int layer_url(char dst[2048], const char *dataset, const char *path)
 {
-    int n = snprintf(dst, 2048, "%s/%s", dataset, path);
-    if (n < 0 || n >= 2048)
+    char *joined = NULL;
+    int rc = cnx_url_join(&joined, dataset, 0, path);
+    if (rc != 0)
+        return cnx_error_wrap("plan: layer '%.64s'", path);
+    if (strlen(joined) >= 2048) {
+        free(joined);
         return cnx_error_set(CNX_ERANGE, 0,
                              "plan: layer URL %s/%.64s... is over 2047 "
                              "characters",
                              dataset, path);
+    }
+    memcpy(dst, joined, strlen(joined) + 1);
+    free(joined);
     return 0;
 }
 
