@@ -317,6 +317,7 @@ static void copy_str(char *dst, size_t cap, const char *src)
 {
     size_t n = strlen(src);
     assert(n < cap);
+    (void)cap;
     memcpy(dst, src, n + 1);
 }
 

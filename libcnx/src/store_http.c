@@ -37,6 +37,7 @@ static int object_urls(const cnx_store *store, const char *name, char **url,
         return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
     rc = cnx__sigv4_uri_encode(name, 1, enc, cap);
     assert(rc == 0); /* three bytes per byte always fit */
+    (void)rc;
     n = strlen(base) + strlen(enc) + 2;
     *url = malloc(n);
     if (*url != NULL)

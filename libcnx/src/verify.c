@@ -17,6 +17,7 @@
  */
 #include "cnx/verify.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
@@ -24,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cnx/error.h"
@@ -34,14 +34,14 @@
 #include "cnx/workflow.h"
 #include "verify_int.h"
 
-#define HASH_BUF (1u << 20)
 #define MAX_THREADS 256
 
 typedef struct vf_layer {
-    char *url;
+    char *url;       /* canonical */
     int given;       /* --layer: its objects need coverage */
     int visited;     /* its lineage/ was looked for */
-    int has_lineage; /* it has a lineage/ directory */
+    int has_lineage; /* it stores at least one lineage/ object */
+    char *unlistable; /* why its lineage/ cannot be listed (NULL: it can) */
     char **objects;  /* given layers: every object but info, lineage/ */
     size_t nobjects, cap;
 } vf_layer;
@@ -50,8 +50,16 @@ typedef struct vf_removal { /* a ledger row whose envelope must be stored */
     char *object;
     char digest[CNX_DIGEST_LEN];
     char key[CNX_DIGEST_LEN];
-    char *layer;
+    char *layer; /* the task's output layer, as signed */
+    char *at;    /* the given layer it was found to be (NULL: relocate) */
 } vf_removal;
+
+typedef struct vf_store_ent { /* one opened store, or why it is not */
+    char *url;
+    cnx_store *store; /* NULL: rc and why */
+    int rc;
+    char *why;
+} vf_store_ent;
 
 /* One subject occurrence, chained per URL. */
 typedef struct vf_occ {
@@ -74,6 +82,13 @@ struct cnx_verify {
     vf_removal *removals;
     size_t nremovals, removals_cap;
     int ledger_layers; /* --layer with a ledger: look for removed rows */
+    vf_reloc *relocs;  /* the given ones first, then those derived */
+    size_t nrelocs, relocs_cap, ngiven;
+    cnx_verify_relocation *report; /* the public view, after run */
+    vf_store_ent *stores;          /* every store opened, one per URL */
+    size_t nstores, stores_cap;
+    vf_map store_of; /* store URL -> stores[] */
+    int ran;
     vf_findings findings;
     /* run state */
     vf_occ *occ;
@@ -83,7 +98,6 @@ struct cnx_verify {
     vf_hash_job *jobs;
     size_t njobs, jobs_cap;
     vf_map job_of; /* URL -> job */
-    uint8_t *bufs[MAX_THREADS];
     cnx_progress *bar;
     cnx_verify_stats stats;
 };
@@ -213,21 +227,32 @@ void cnx_verify_free(cnx_verify *v)
             free(v->layers[i].objects[k]);
         free(v->layers[i].objects);
         free(v->layers[i].url);
+        free(v->layers[i].unlistable);
     }
     free(v->layers);
     for (size_t i = 0; i < v->nremovals; i++) {
         free(v->removals[i].object);
         free(v->removals[i].layer);
+        free(v->removals[i].at);
     }
     free(v->removals);
+    for (size_t i = 0; i < v->nrelocs; i++)
+        cnx__verify_reloc_dispose(&v->relocs[i]);
+    free(v->relocs);
+    free(v->report);
+    for (size_t i = 0; i < v->nstores; i++) {
+        cnx_store_free(v->stores[i].store);
+        free(v->stores[i].url);
+        free(v->stores[i].why);
+    }
+    free(v->stores);
+    vf_map_dispose(&v->store_of);
     vf_findings_dispose(&v->findings);
     free(v->occ);
     vf_map_dispose(&v->by_url);
     vf_map_dispose(&v->by_digest);
     free(v->jobs);
     vf_map_dispose(&v->job_of);
-    for (int i = 0; i < MAX_THREADS; i++)
-        free(v->bufs[i]);
     free(v);
 }
 
@@ -344,30 +369,57 @@ int cnx_verify_add_file(cnx_verify *v, const char *path)
     return rc;
 }
 
-/* file:///abs, from a file:// URL or a path; trailing slashes dropped. */
-static int canonical_layer(const char *url, char *out, size_t cap)
+/* ---- storage ----------------------------------------------------------- */
+
+/*
+ * The store at url (canonical), opened once for the whole verification and
+ * kept, as is a failure to open it (its code and message), so that a
+ * thousand objects of one scale open one store. Caller thread only; the
+ * stores themselves are then shared by the hashing threads.
+ * @return 0 with *store; CNX_ENOMEM; or the code that opening it gave,
+ *         with its message in *why.
+ */
+static int store_at(cnx_verify *v, const char *url, cnx_store **store,
+                    const char **why)
 {
-    const char *p = url;
-    char cwd[PATH_MAX];
-    size_t len;
-    if (strncmp(url, "file://", 7) == 0)
-        p = url + 7;
-    else if (strstr(url, "://") != NULL)
-        return cnx_error_set(CNX_EUNSUPPORTED, 0,
-                             "layer %s: only file:// layers can be listed",
-                             url);
-    if (p[0] == '/') {
-        if ((size_t)snprintf(out, cap, "file://%s", p) >= cap)
-            return cnx_error_set(CNX_EINVAL, 0, "layer URL too long");
-    } else {
-        if (getcwd(cwd, sizeof(cwd)) == NULL ||
-            (size_t)snprintf(out, cap, "file://%s/%s", cwd, p) >= cap)
-            return cnx_error_set(CNX_EINVAL, 0, "layer path too long");
+    const size_t *k = vf_map_get(&v->store_of, url);
+    vf_store_ent *e;
+    *store = NULL;
+    *why = NULL;
+    if (k == NULL) {
+        if (v->nstores == v->stores_cap) {
+            size_t cap = v->stores_cap ? v->stores_cap * 2 : 16;
+            vf_store_ent *grown = realloc(v->stores, cap * sizeof(*grown));
+            if (grown == NULL)
+                return nomem();
+            v->stores = grown;
+            v->stores_cap = cap;
+        }
+        e = &v->stores[v->nstores];
+        memset(e, 0, sizeof(*e));
+        e->url = strdup(url);
+        if (e->url == NULL)
+            return nomem();
+        e->rc = cnx__verify_store_open(&e->store, url);
+        if (e->rc == CNX_ENOMEM ||
+            (e->rc != 0 &&
+             (e->why = strdup(cnx_error_last()->message)) == NULL)) {
+            free(e->url);
+            return nomem();
+        }
+        if (vf_map_put(&v->store_of, e->url, v->nstores, NULL) < 0) {
+            cnx_store_free(e->store);
+            free(e->url);
+            free(e->why);
+            return nomem();
+        }
+        k = vf_map_get(&v->store_of, url);
+        v->nstores++;
     }
-    len = strlen(out);
-    while (len > 8 && out[len - 1] == '/')
-        out[--len] = '\0';
-    return 0;
+    e = &v->stores[*k];
+    *store = e->store;
+    *why = e->why;
+    return e->rc;
 }
 
 static vf_layer *layer_get(cnx_verify *v, const char *url, int create)
@@ -401,6 +453,8 @@ typedef struct list_ctx {
     cnx_store *store;
     vf_origin how;
     int coverage;
+    size_t listed;  /* objects listed */
+    size_t lineage; /* of them under lineage/ */
 } list_ctx;
 
 static int is_hex64(const char *s, size_t n)
@@ -459,14 +513,27 @@ static int add_stored(list_ctx *c, const char *name)
     return rc;
 }
 
+/* A file:// store's swap lock (".lock.<name>") or put temporary
+ * (".tmp.*"): never an object, but a directory copied to a bucket as it
+ * is brings them along. */
+static int is_scratch(const char *name)
+{
+    const char *base = strrchr(name, '/');
+    base = base != NULL ? base + 1 : name;
+    return strncmp(base, ".lock.", 6) == 0 || strncmp(base, ".tmp.", 5) == 0;
+}
+
 static int list_one(void *ctx, const char *name)
 {
     list_ctx *c = ctx;
     vf_layer *l = c->layer;
-    if (strncmp(name, CNX_LINEAGE_DIR "/", sizeof(CNX_LINEAGE_DIR)) == 0)
+    c->listed++;
+    if (strncmp(name, CNX_LINEAGE_DIR "/", sizeof(CNX_LINEAGE_DIR)) == 0) {
+        c->lineage++;
         return add_stored(c, name);
+    }
     if (!c->coverage || strcmp(name, "info") == 0 ||
-        strcmp(name, "info.lock") == 0)
+        strcmp(name, "info.lock") == 0 || is_scratch(name))
         return 0;
     if (l->nobjects == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 256;
@@ -483,49 +550,66 @@ static int list_one(void *ctx, const char *name)
     return 0;
 }
 
-/* Read a layer's envelopes (and, if coverage, the names of its objects). */
+/*
+ * Read a layer's envelopes (and, if coverage, the names of its objects),
+ * through the store at its URL, whatever its scheme. A layer that does not
+ * exist, or lists nothing, has no lineage: walked to, it is a root. One
+ * that cannot be listed (http(s)) is remembered as such: its inputs are
+ * then findings, never taken for roots.
+ */
 static int load_layer(cnx_verify *v, vf_layer *l, vf_origin how, int coverage)
 {
-    char path[4200], lin[4300];
-    struct stat st;
     cnx_store *store = NULL;
+    const char *why = NULL;
     list_ctx c;
     int rc;
 
     l->visited = 1;
-    if (vf_url_path(l->url, path, sizeof(path)) != 0)
-        return 0; /* not listable: its inputs are reported unchecked */
-    snprintf(lin, sizeof(lin), "%s/%s", path, CNX_LINEAGE_DIR);
-    l->has_lineage = stat(lin, &st) == 0 && S_ISDIR(st.st_mode);
-    if (!l->has_lineage && !coverage)
-        return 0;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return coverage ? cnx_error_set(CNX_ENOTFOUND, 0,
-                                        "layer %s does not exist", l->url)
-                        : 0;
-    rc = cnx_store_open(&store, l->url);
-    if (rc != 0)
+    rc = store_at(v, l->url, &store, &why);
+    if (rc == CNX_ENOMEM)
         return rc;
+    if (rc == CNX_ENOTFOUND && !coverage)
+        return 0;
+    if (rc == CNX_ENOTFOUND)
+        return cnx_error_set(CNX_ENOTFOUND, 0, "layer %s does not exist",
+                             l->url);
+    if (rc != 0 && coverage)
+        return cnx_error_set(rc, 0, "layer %s: %s", l->url, why);
+    memset(&c, 0, sizeof(c));
     c.v = v;
     c.layer = l;
     c.store = store;
     c.how = how;
     c.coverage = coverage;
-    rc = cnx_store_list(store, coverage ? "" : CNX_LINEAGE_DIR, list_one, &c);
-    cnx_store_free(store);
+    if (rc == 0)
+        rc = cnx_store_list(store, coverage ? "" : CNX_LINEAGE_DIR, list_one,
+                            &c);
+    if (rc != 0 && !coverage && rc != CNX_ENOMEM && rc != CNX_EIO) {
+        /* cannot be listed (or opened): its inputs cannot be traced */
+        l->unlistable = strdup(why != NULL ? why : cnx_error_last()->message);
+        return l->unlistable != NULL ? 0 : nomem();
+    }
+    if (rc != 0)
+        return rc;
+    l->has_lineage = c.lineage > 0;
+    if (coverage && c.listed == 0)
+        return cnx_error_set(CNX_ENOTFOUND, 0,
+                             "layer %s does not exist "
+                             "(nothing is stored under it)",
+                             l->url);
     if (how == VF_WALKED || coverage)
         v->stats.layers++;
-    return rc;
+    return 0;
 }
 
 int cnx_verify_add_layer(cnx_verify *v, const char *url)
 {
-    char canon[4200];
+    cnx_url u;
     vf_layer *l;
-    int rc = canonical_layer(url, canon, sizeof(canon));
+    int rc = cnx_url_parse(&u, url, CNX_URL_ALLOW_PATH);
     if (rc != 0)
         return rc;
-    l = layer_get(v, canon, 1);
+    l = layer_get(v, u.canonical, 1);
     if (l == NULL)
         return nomem();
     if (l->given)
@@ -536,8 +620,46 @@ int cnx_verify_add_layer(cnx_verify *v, const char *url)
     return load_layer(v, l, VF_GIVEN, 1);
 }
 
+int cnx_verify_add_relocation(cnx_verify *v, const char *old_url,
+                              const char *new_url)
+{
+    cnx_url from, to;
+    vf_reloc *r;
+    int rc;
+    if (v->ran)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "relocations are added before the run");
+    rc = cnx_url_parse(&from, old_url, CNX_URL_ALLOW_PATH);
+    if (rc == 0)
+        rc = cnx_url_parse(&to, new_url, CNX_URL_ALLOW_PATH);
+    if (rc != 0)
+        return cnx_error_wrap("relocation %s=%s", old_url, new_url);
+    if (v->nrelocs == v->relocs_cap) {
+        size_t cap = v->relocs_cap ? v->relocs_cap * 2 : 8;
+        vf_reloc *grown = realloc(v->relocs, cap * sizeof(*grown));
+        if (grown == NULL)
+            return nomem();
+        v->relocs = grown;
+        v->relocs_cap = cap;
+    }
+    assert(v->nrelocs == v->ngiven); /* no derived one before the run */
+    r = &v->relocs[v->nrelocs];
+    memset(r, 0, sizeof(*r));
+    r->from = strdup(from.canonical);
+    r->to = strdup(to.canonical);
+    if (r->from == NULL || r->to == NULL) {
+        cnx__verify_reloc_dispose(r);
+        return nomem();
+    }
+    v->nrelocs++;
+    v->ngiven++;
+    return 0;
+}
+
+/* A verified ledger row whose envelope must still be stored, in the given
+ * layer at (NULL: where its output layer is now, relocated). */
 static int add_removal(cnx_verify *v, const char *object, const char *digest,
-                       const char *text, size_t len)
+                       const char *text, size_t len, const char *at)
 {
     vf_removal *r;
     if (v->nremovals == v->removals_cap) {
@@ -553,7 +675,10 @@ static int add_removal(cnx_verify *v, const char *object, const char *digest,
     if (vf_envelope_locate(text, len, &r->layer, r->key) != 0)
         return 0; /* unreadable statement: the row's own finding */
     r->object = strdup(object);
-    if (r->object == NULL) {
+    r->at = at != NULL ? strdup(at) : NULL;
+    if (r->object == NULL || (at != NULL && r->at == NULL)) {
+        free(r->object);
+        free(r->at);
         free(r->layer);
         return nomem();
     }
@@ -588,7 +713,7 @@ static int request_row(void *ctx, int p, int64_t o, const char *digest,
         m->ledger_offset = o;
     }
     if (rc == 0 && verified == 1)
-        rc = add_removal(v, origin, digest, text, len);
+        rc = add_removal(v, origin, digest, text, len, NULL);
     return rc;
 }
 
@@ -624,7 +749,8 @@ static void check_one(void *ctx, size_t i, int thread)
 {
     round_ctx *r = ctx;
     (void)thread;
-    vf_manifest_check(r->v->m[r->from + i], r->v->keys, r->v->nkeys);
+    vf_manifest_check(r->v->m[r->from + i], r->v->keys, r->v->nkeys,
+                      r->v->relocs, r->v->ngiven);
 }
 
 static void round_progress(void *ctx, size_t done)
@@ -691,6 +817,39 @@ static int walk(cnx_verify *v, size_t from, size_t to)
     return 0;
 }
 
+/* The relocation a manifest derived, added to the list unless there. */
+static int note_relocation(cnx_verify *v, const vf_manifest *m)
+{
+    const vf_reloc *d = &m->reloc;
+    vf_reloc *r;
+    if (d->from == NULL)
+        return 0;
+    for (size_t i = v->ngiven; i < v->nrelocs; i++)
+        if (strcmp(v->relocs[i].from, d->from) == 0 &&
+            strcmp(v->relocs[i].to, d->to) == 0)
+            return 0;
+    if (v->nrelocs == v->relocs_cap) {
+        size_t cap = v->relocs_cap ? v->relocs_cap * 2 : 8;
+        vf_reloc *grown = realloc(v->relocs, cap * sizeof(*grown));
+        if (grown == NULL)
+            return nomem();
+        v->relocs = grown;
+        v->relocs_cap = cap;
+    }
+    r = &v->relocs[v->nrelocs];
+    r->from = strdup(d->from);
+    r->to = strdup(d->to);
+    r->written = strdup(d->written);
+    r->found = strdup(d->found);
+    if (r->from == NULL || r->to == NULL || r->written == NULL ||
+        r->found == NULL) {
+        cnx__verify_reloc_dispose(r);
+        return nomem();
+    }
+    v->nrelocs++;
+    return 0;
+}
+
 static int verify_rounds(cnx_verify *v)
 {
     size_t from = 0;
@@ -708,6 +867,8 @@ static int verify_rounds(cnx_verify *v)
         v->bar = NULL;
         for (size_t i = from; i < to && rc == 0; i++)
             rc = index_manifest(v, i);
+        for (size_t i = from; i < to && rc == 0; i++)
+            rc = note_relocation(v, v->m[i]);
         if (rc == 0 && (v->checks & CNX_VERIFY_INPUT) && v->cfg.storage)
             rc = walk(v, from, to);
         if (rc != 0)
@@ -719,6 +880,37 @@ static int verify_rounds(cnx_verify *v)
 }
 
 /* ---- hashing --------------------------------------------------------- */
+
+/* Where job's object is stored: the store that holds it (cnx/url.h splits
+ * the URL) and its name there; a URL that is none, or a store that cannot
+ * be opened, is the job's status. @return 0 or CNX_ENOMEM. */
+static int locate(cnx_verify *v, vf_hash_job *j)
+{
+    char store_url[CNX_URL_MAX];
+    const char *name = NULL, *why = NULL;
+    cnx_url u;
+    int rc = cnx_url_parse(&u, j->url, 0);
+    if (rc == 0)
+        rc = cnx_url_split_object(u.canonical, store_url, &name);
+    if (rc == 0 && strlen(name) >= sizeof(j->name_buf))
+        rc = cnx_error_set(CNX_ENAME, 0, "object name too long");
+    if (rc != 0) {
+        j->status = rc;
+        snprintf(j->error, sizeof(j->error), "%s", cnx_error_last()->message);
+        return 0;
+    }
+    memcpy(j->name_buf, name, strlen(name) + 1);
+    j->name = j->name_buf;
+    rc = store_at(v, store_url, &j->store, &why);
+    if (rc == CNX_ENOMEM)
+        return rc;
+    if (rc != 0) {
+        j->store = NULL;
+        j->status = rc;
+        snprintf(j->error, sizeof(j->error), "%s", why);
+    }
+    return 0;
+}
 
 static int want_hash(cnx_verify *v, const char *url)
 {
@@ -735,8 +927,10 @@ static int want_hash(cnx_verify *v, const char *url)
     if (rc < 0)
         return nomem();
     if (rc == 1) {
-        memset(&v->jobs[v->njobs], 0, sizeof(v->jobs[0]));
-        v->jobs[v->njobs++].url = url;
+        vf_hash_job *j = &v->jobs[v->njobs++];
+        memset(j, 0, sizeof(*j));
+        j->url = url;
+        return locate(v, j);
     }
     return 0;
 }
@@ -750,20 +944,14 @@ static const vf_hash_job *job(const cnx_verify *v, const char *url)
 static int is_root(cnx_verify *v, const vf_art *in)
 {
     vf_layer *l = layer_get(v, in->layer, 0);
-    return l != NULL && l->visited && !l->has_lineage;
+    return l != NULL && l->visited && !l->has_lineage && !l->unlistable;
 }
 
 static void hash_one(void *ctx, size_t i, int thread)
 {
     cnx_verify *v = ctx;
-    if (v->bufs[thread] == NULL)
-        v->bufs[thread] = malloc(HASH_BUF);
-    if (v->bufs[thread] == NULL) {
-        v->jobs[i].status = CNX_ENOMEM;
-        snprintf(v->jobs[i].error, sizeof(v->jobs[i].error), "out of memory");
-        return;
-    }
-    vf_hash_file(&v->jobs[i], v->bufs[thread], HASH_BUF);
+    (void)thread;
+    cnx__verify_hash_object(&v->jobs[i]);
 }
 
 static int hash_objects(cnx_verify *v)
@@ -880,6 +1068,11 @@ static int check_input(cnx_verify *v, const vf_manifest *m, const vf_art *in)
         const vf_hash_job *j;
         if (l == NULL || !l->visited)
             return 0;
+        if (l->unlistable != NULL)
+            return vf_add(&v->findings, m->origin, "input",
+                          "cannot check %s: its layer %s cannot be listed "
+                          "for its lineage (%s)",
+                          in->name, in->layer, l->unlistable);
         if (l->has_lineage) {
             bytes_of(v, in->digest, in->name, other, sizeof(other));
             return vf_add(&v->findings, m->origin, "input",
@@ -976,15 +1169,70 @@ static int layer_row(void *ctx, int p, int64_t o, const char *digest,
     cnx_verify *v = ctx;
     char *layer = NULL, key[CNX_DIGEST_LEN], name[4200];
     vf_layer *l;
+    int rc = 0;
     (void)verified;
     if (vf_envelope_locate(text, len, &layer, key) != 0)
         return 0;
     l = layer_get(v, layer, 0);
+    /* a given layer may be this one moved: by any relocation */
+    for (size_t i = 0; (l == NULL || !l->given) && i < v->nrelocs; i++) {
+        char *moved = NULL;
+        rc = cnx__verify_reloc_apply(&v->relocs[i], layer, &moved);
+        if (rc == CNX_ENOMEM) {
+            free(layer);
+            return rc;
+        }
+        l = moved != NULL ? layer_get(v, moved, 0) : NULL;
+        free(moved);
+    }
     free(layer);
     if (l == NULL || !l->given)
         return 0;
     row_name(v, p, o, name, sizeof(name));
-    return add_removal(v, name, digest, text, len);
+    return add_removal(v, name, digest, text, len, l->url);
+}
+
+/* Is a verified row's envelope still stored, where its layer is now? */
+static int check_removal(cnx_verify *v, const vf_removal *r)
+{
+    const vf_reloc *rel = NULL;
+    char name[300], url[CNX_URL_MAX + 300], *moved = NULL;
+    const char *layer = r->at, *why = NULL;
+    cnx_store *store = NULL;
+    int exists = 0, rc;
+    if (!cnx_digest_valid(r->digest))
+        return 0; /* the row's own finding */
+    if (layer == NULL)
+        rel = cnx__verify_reloc_find(v->relocs, v->nrelocs, r->layer);
+    rc = rel != NULL ? cnx__verify_reloc_apply(rel, r->layer, &moved) : 0;
+    if (rc == CNX_ENOMEM)
+        return rc;
+    if (layer == NULL)
+        layer = moved != NULL ? moved : r->layer;
+    snprintf(name, sizeof(name), "%s/%s/%s%s", CNX_LINEAGE_DIR, r->key + 7,
+             r->digest + 7, CNX_LINEAGE_SUFFIX);
+    snprintf(url, sizeof(url), "%s/%s", layer, name);
+    rc = store_at(v, layer, &store, &why);
+    if (rc == 0) {
+        rc = cnx_store_exists(store, name, &exists);
+        why = rc != 0 ? cnx_error_last()->message : NULL;
+    }
+    if (rc == CNX_ENOMEM || (rc == 0 && exists)) {
+        free(moved);
+        return rc;
+    }
+    if (rc == 0 || rc == CNX_ENOTFOUND)
+        rc = vf_add(&v->findings, r->object, "ledger",
+                    "manifest removed: the ledger's verified envelope %s "
+                    "(task %s) is not stored at %s",
+                    r->digest, r->key, url);
+    else
+        rc = vf_add(&v->findings, r->object, "ledger",
+                    "cannot tell whether the ledger's verified envelope %s "
+                    "(task %s) is stored at %s: %s",
+                    r->digest, r->key, url, why);
+    free(moved);
+    return rc;
 }
 
 static int check_ledger(cnx_verify *v)
@@ -1013,7 +1261,9 @@ static int check_ledger(cnx_verify *v)
                         "it unverified: %s", p, (long long)o, why);
         for (size_t s = 0; rc == 0 && m->stmt_ok && s < m->nsubjects; s++) {
             const vf_art *a = &m->subjects[s];
-            rc = vf_ledger_output(v->ledger, m->task_key, a->name, got);
+            rc = vf_ledger_output(v->ledger, m->task_key,
+                                  a->signed_name ? a->signed_name : a->name,
+                                  got);
             if (rc != 0)
                 return rc;
             if (got[0] == '\0')
@@ -1035,7 +1285,9 @@ static int check_ledger(cnx_verify *v)
             continue;
         for (size_t s = 0; rc == 0 && s < m->nsubjects; s++) {
             const vf_art *a = &m->subjects[s];
-            rc = vf_ledger_output(v->ledger, m->task_key, a->name, got);
+            rc = vf_ledger_output(v->ledger, m->task_key,
+                                  a->signed_name ? a->signed_name : a->name,
+                                  got);
             if (rc != 0)
                 return rc;
             if (got[0] != '\0' && strcmp(got, a->digest) != 0)
@@ -1047,22 +1299,8 @@ static int check_ledger(cnx_verify *v)
     }
     if (rc == 0 && v->ledger_layers)
         rc = vf_ledger_rows(v->ledger, NULL, layer_row, v);
-    for (size_t i = 0; i < v->nremovals && rc == 0; i++) {
-        const vf_removal *r = &v->removals[i];
-        char url[4400], path[4400];
-        struct stat st;
-        snprintf(url, sizeof(url), "%s/%s/%s/%s%s", r->layer,
-                 CNX_LINEAGE_DIR, r->key + 7, r->digest + 7,
-                 CNX_LINEAGE_SUFFIX);
-        if (!cnx_digest_valid(r->digest) ||
-            vf_url_path(url, path, sizeof(path)) != 0)
-            continue;
-        if (stat(path, &st) != 0)
-            rc = vf_add(&v->findings, r->object, "ledger",
-                        "manifest removed: the ledger's verified envelope "
-                        "%s (task %s) is not stored at %s",
-                        r->digest, r->key, url);
-    }
+    for (size_t i = 0; i < v->nremovals && rc == 0; i++)
+        rc = check_removal(v, &v->removals[i]);
     return rc;
 }
 
@@ -1187,7 +1425,9 @@ static void sort_unique(vf_findings *f)
 int cnx_verify_run(cnx_verify *v)
 {
     double t0 = cnx_now();
-    int rc = verify_rounds(v);
+    int rc;
+    v->ran = 1;
+    rc = verify_rounds(v);
     if (rc == 0)
         rc = hash_objects(v);
     for (size_t i = 0; i < v->n && rc == 0; i++)
@@ -1205,6 +1445,18 @@ int cnx_verify_run(cnx_verify *v)
     if (rc == 0 && (v->checks & CNX_VERIFY_PARAMETERS))
         rc = check_parameters(v);
     sort_unique(&v->findings);
+    if (rc == 0 && v->nrelocs > 0) {
+        free(v->report);
+        v->report = calloc(v->nrelocs, sizeof(*v->report));
+        if (v->report == NULL)
+            rc = CNX_ENOMEM;
+        for (size_t i = 0; rc == 0 && i < v->nrelocs; i++) {
+            v->report[i].from = v->relocs[i].from;
+            v->report[i].to = v->relocs[i].to;
+            v->report[i].written = v->relocs[i].written;
+            v->report[i].found = v->relocs[i].found;
+        }
+    }
     v->stats.manifests = v->n;
     v->stats.manifests_given = v->given;
     v->stats.total_s = cnx_now() - t0;
@@ -1225,11 +1477,27 @@ void cnx_verify_get_stats(const cnx_verify *v, cnx_verify_stats *out)
     *out = v->stats;
 }
 
+const cnx_verify_relocation *cnx_verify_relocations(const cnx_verify *v,
+                                                    size_t *count)
+{
+    *count = v->report != NULL ? v->nrelocs : 0;
+    return v->report;
+}
+
 int cnx_verify_report_json(const cnx_verify *v, char **out)
 {
     json_t *root = json_object(), *list = json_array();
-    int oom = root == NULL || list == NULL;
+    json_t *moved = json_array();
+    size_t nrel = 0;
+    const cnx_verify_relocation *rel = cnx_verify_relocations(v, &nrel);
+    int oom = root == NULL || list == NULL || moved == NULL;
     *out = NULL;
+    for (size_t i = 0; !oom && i < nrel; i++) {
+        json_t *o = json_pack("{s:s, s:s, s:s?, s:s?}", "from", rel[i].from,
+                              "to", rel[i].to, "written", rel[i].written,
+                              "found", rel[i].found);
+        oom = o == NULL || json_array_append_new(moved, o) != 0;
+    }
     for (size_t i = 0; !oom && i < v->findings.n; i++) {
         const cnx_verify_finding *f = &v->findings.items[i];
         json_t *o = json_pack("{s:s, s:s, s:s}", "object", f->object, "check",
@@ -1250,11 +1518,14 @@ int cnx_verify_report_json(const cnx_verify *v, char **out)
               json_object_set_new(root, "layers",
                                   json_integer((json_int_t)v->stats.layers)) ||
               json_object_set(root, "findings", list) != 0;
+    if (!oom)
+        oom = json_object_set(root, "relocations", moved) != 0;
     if (!oom) {
         *out = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT);
         oom = *out == NULL;
     }
     json_decref(list);
+    json_decref(moved);
     json_decref(root);
     return oom ? nomem() : 0;
 }

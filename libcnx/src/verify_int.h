@@ -1,7 +1,8 @@
 /*
  * verify_int.h - what the parts of cnx-verify's library share: the
- * manifest records, the finding lists, a string index, the parallel loop,
- * and the ledger and git back ends (verify_ledger.c, verify_git.c), so that
+ * manifest records, the finding lists, a string index, the relocation of a
+ * moved dataset's names, the parallel loop, reading stored objects, and
+ * the ledger and git back ends (verify_ledger.c, verify_git.c), so that
  * sqlite3 and libgit2 types stay out of the public header.
  *
  * Threading: manifests are verified and objects hashed by worker threads,
@@ -16,6 +17,8 @@
 
 #include "cnx/digest.h"
 #include "cnx/lineage.h"
+#include "cnx/store.h"
+#include "cnx/url.h"
 #include "cnx/verify.h"
 
 /* ---- findings -------------------------------------------------------- */
@@ -51,10 +54,58 @@ void vf_map_dispose(vf_map *m);
 /* ---- manifests ------------------------------------------------------- */
 
 typedef struct vf_art {
-    char *name;                  /* URL: layer + "/" + object */
+    char *name;                  /* URL: layer + "/" + object, where it is
+                                  * read (relocated, if its dataset moved) */
     char digest[CNX_DIGEST_LEN]; /* "sha256:<hex>" */
-    char *layer;                 /* inputs: the task input's layer (owned) */
+    char *layer;                 /* inputs: the task input's layer (owned,
+                                  * relocated like name) */
+    char *signed_name;           /* the name as signed, when relocated
+                                  * (else NULL: name is) */
 } vf_art;
+
+/* ---- relocation (verify_util.c) ---------------------------------------- */
+
+/*
+ * A dataset moved or copied as a whole: every name under `from` (as the
+ * manifests name it) is read under `to` instead. Given (--relocate), or
+ * derived from a layer whose envelopes name another output layer: the
+ * longest common suffix of whole path components of the layer as written
+ * (L) and as found (L') is the layer's place in its dataset, and what
+ * precedes it the dataset's root, D for L and D' for L'.
+ */
+typedef struct vf_reloc {
+    char *from;    /* canonical URL: the root as written, D */
+    char *to;      /* canonical URL: the root as found, D' */
+    char *written; /* derived: the layer as its manifests name it (L) */
+    char *found;   /* derived: the layer they were found under (L');
+                    * NULL: given */
+} vf_reloc;
+
+void cnx__verify_reloc_dispose(vf_reloc *r);
+
+/**
+ * Derive the relocation of a layer written as `written` and found under
+ * `found` (both canonical URLs).
+ * @return 1 with from and to set; 0 when there is none (the same URL, or
+ *         no common last component); CNX_EINVAL if either is no URL.
+ */
+int cnx__verify_reloc_derive(const char *written, const char *found,
+                             char from[CNX_URL_MAX], char to[CNX_URL_MAX]);
+
+/**
+ * The relocation of list with the longest `from` that url lies under
+ * (component-wise, cnx_url_under); the first of equals. NULL if none.
+ */
+const vf_reloc *cnx__verify_reloc_find(const vf_reloc *list, size_t n,
+                                       const char *url);
+
+/**
+ * url moved by r: r->to + the part of url under r->from.
+ * @param[out] out  free() it
+ * @return 1 moved; 0 url is not under r->from (*out NULL); CNX_ENOMEM;
+ *         CNX_ENAME if the rest is no valid object name.
+ */
+int cnx__verify_reloc_apply(const vf_reloc *r, const char *url, char **out);
 
 typedef enum vf_origin {
     VF_GIVEN = 0,  /* --manifest, --layer, --request, or memory */
@@ -70,6 +121,8 @@ typedef struct vf_manifest {
     char expect_digest[CNX_DIGEST_LEN]; /* from the file name or the row */
     char expect_key[CNX_DIGEST_LEN];    /* from the lineage/ directory */
     char *stored_layer;                 /* layer whose lineage/ held it */
+    vf_reloc reloc; /* derived when stored_layer is not the task's output
+                     * layer (from NULL: none) */
     int ledger_partition;               /* >= 0: from the ledger */
     int64_t ledger_offset;
 
@@ -92,8 +145,11 @@ typedef struct vf_manifest {
     vf_findings findings;
 } vf_manifest;
 
-/** Verify signature and statement of m (thread-safe per manifest). */
-void vf_manifest_check(vf_manifest *m, cnx_key *const *keys, size_t nkeys);
+/** Verify signature and statement of m (thread-safe per manifest), and
+ * resolve its names: by its own derived relocation first, then by the
+ * given relocations (read only; shared between threads). */
+void vf_manifest_check(vf_manifest *m, cnx_key *const *keys, size_t nkeys,
+                       const vf_reloc *given, size_t ngiven);
 void vf_manifest_dispose(vf_manifest *m);
 
 /** The output layer (*layer, free() it) and task key of an envelope's
@@ -115,16 +171,26 @@ void vf_parallel(int threads, size_t n, vf_task_fn fn, void *ctx,
 
 typedef struct vf_hash_job {
     const char *url;
+    cnx_store *store; /* the store that holds it (borrowed); NULL:
+                       * status and error say why not */
+    const char *name; /* its name there (borrowed from name_buf) */
+    char name_buf[1040];
     char digest[CNX_DIGEST_LEN]; /* "" if not read */
     int status;                  /* 0 read, CNX_ENOTFOUND, CNX_EIO, ... */
-    char error[200];
+    char error[512];
     uint64_t size;
 } vf_hash_job;
 
-/** Map a file:// URL (or absolute path) to a path. @return 0 or -1. */
-int vf_url_path(const char *url, char *path, size_t cap);
-/** Hash one stored object into job (streaming, large reads). */
-void vf_hash_file(vf_hash_job *job, uint8_t *buf, size_t cap);
+/** Hash one stored object into job (job->store set). Thread-safe. */
+void cnx__verify_hash_object(vf_hash_job *job);
+
+/**
+ * Open the store at a URL for reading only: a file:// directory that does
+ * not exist is CNX_ENOTFOUND (cnx_store_open would create it), other
+ * schemes open as cnx_store_open does.
+ * @return 0; CNX_ENOTFOUND; CNX_EINVAL; CNX_EUNSUPPORTED; CNX_EIO.
+ */
+int cnx__verify_store_open(cnx_store **out, const char *url);
 
 /* ---- ledger (verify_ledger.c) ----------------------------------------- */
 

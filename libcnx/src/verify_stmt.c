@@ -7,7 +7,11 @@
  * (in-toto Statement v1, SLSA provenance v1, the embedded cnx.task/1 and
  * its recomputed key, subjects and dependencies with sha256 digests, the
  * code commit). Each problem becomes a finding on the manifest's own list,
- * never an abort, so one thread can own one manifest without locks.
+ * never an abort, so one thread can own one manifest without locks. Last,
+ * the names are resolved where they are now: a manifest found under a
+ * layer other than the one its task wrote was moved with its dataset, and
+ * its names under the dataset's old root are read under the new one
+ * (relocate() below; docs/verify.md, "Copied and moved datasets").
  * Expected load: tens of thousands of manifests of a few KiB. The Ed25519
  * verification is about two thirds of a manifest's time, cnx_task_parse
  * of the embedded task (its key recomputed) most of the rest; the payload
@@ -691,11 +695,14 @@ static void statement_reset(vf_manifest *m)
     free(m->parameters);
     free(m->output_layer);
     m->request = m->stage = m->parameters = m->output_layer = NULL;
-    for (size_t i = 0; i < m->nsubjects; i++)
+    for (size_t i = 0; i < m->nsubjects; i++) {
         free(m->subjects[i].name);
+        free(m->subjects[i].signed_name);
+    }
     for (size_t i = 0; i < m->ninputs; i++) {
         free(m->inputs[i].name);
         free(m->inputs[i].layer);
+        free(m->inputs[i].signed_name);
     }
     free(m->subjects);
     free(m->inputs);
@@ -705,6 +712,7 @@ static void statement_reset(vf_manifest *m)
     m->kernel_version = 0;
     m->commit[0] = '\0';
     m->dirty = 0;
+    cnx__verify_reloc_dispose(&m->reloc);
 }
 
 /* Read and check the statement: through the light tree if the payload is
@@ -740,7 +748,107 @@ static int statement_read(vf_manifest *m, const char *payload, size_t len,
     return rc;
 }
 
-void vf_manifest_check(vf_manifest *m, cnx_key *const *keys, size_t nkeys)
+/* ---- relocation ------------------------------------------------------ */
+
+/* Move one name (in place) by the relocation with the longest root it
+ * lies under, among the manifest's own (which wins a tie, and alone moves
+ * its outputs: outputs follow the layer they were found in) and the given
+ * ones. keep: the name as signed goes to *keep (else it is freed).
+ * @return 0, or -1 after a finding. */
+static int move_name(stmt_ctx *c, const vf_reloc *given, size_t ngiven,
+                     int output, char **name, char **keep)
+{
+    const vf_manifest *m = c->m;
+    const vf_reloc *r = NULL, *g;
+    const char *rel;
+    char *moved = NULL, buf[201];
+    int rc = 0;
+    if (m->reloc.from != NULL && cnx_url_under(m->reloc.from, *name, &rel))
+        r = &m->reloc;
+    g = r != NULL && output ? NULL
+                            : cnx__verify_reloc_find(given, ngiven, *name);
+    if (g != NULL && (r == NULL || strlen(g->from) > strlen(r->from)))
+        r = g;
+    if (r != NULL)
+        rc = cnx__verify_reloc_apply(r, *name, &moved);
+    if (rc < 0)
+        return stmt_bad(c, "%s cannot be relocated from %s to %s: %s",
+                        shown(*name, buf, sizeof(buf)), r->from, r->to,
+                        cnx_error_last()->message);
+    if (moved == NULL)
+        return 0;
+    if (keep != NULL)
+        *keep = *name;
+    else
+        free(*name);
+    *name = moved;
+    return 0;
+}
+
+/*
+ * Resolve m's names where they are now. A manifest found under a layer
+ * its task does not write was moved with its dataset, or is not that
+ * layer's: the longest common suffix of whole components of the two layer
+ * URLs is the layer's place in its dataset, what precedes it the roots
+ * (cnx__verify_reloc_derive); without one it is a statement finding, as
+ * before. Only names are moved: every digest is checked as signed.
+ */
+static int relocate(stmt_ctx *c, const vf_reloc *given, size_t ngiven)
+{
+    vf_manifest *m = c->m;
+    char from[CNX_URL_MAX], to[CNX_URL_MAX];
+    int rc;
+    if (m->stored_layer != NULL) {
+        const vf_reloc *g =
+            cnx__verify_reloc_find(given, ngiven, m->output_layer);
+        char *out = NULL;
+        int same;
+        rc = g != NULL ? cnx__verify_reloc_apply(g, m->output_layer, &out) : 0;
+        if (rc < 0)
+            return stmt_bad(c, "out of memory");
+        same =
+            strcmp(out != NULL ? out : m->output_layer, m->stored_layer) == 0;
+        free(out);
+        rc = same ? 0
+                  : cnx__verify_reloc_derive(m->output_layer, m->stored_layer,
+                                             from, to);
+        if (rc <= 0 && !same)
+            return stmt_bad(c, "stored in layer %s but its task writes %s",
+                            m->stored_layer, m->output_layer);
+        if (rc == 1) {
+            m->reloc.from = strdup(from);
+            m->reloc.to = strdup(to);
+            m->reloc.written = strdup(m->output_layer);
+            m->reloc.found = strdup(m->stored_layer);
+            if (m->reloc.from == NULL || m->reloc.to == NULL ||
+                m->reloc.written == NULL || m->reloc.found == NULL)
+                return stmt_bad(c, "out of memory");
+        }
+    }
+    if (m->reloc.from == NULL && ngiven == 0)
+        return 0;
+    rc = move_name(c, given, ngiven, 1, &m->output_layer, NULL);
+    for (size_t i = 0; rc == 0 && i < m->nsubjects; i++)
+        rc = move_name(c, given, ngiven, 1, &m->subjects[i].name,
+                       &m->subjects[i].signed_name);
+    for (size_t i = 0; rc == 0 && i < m->ninputs; i++) {
+        rc = move_name(c, given, ngiven, 0, &m->inputs[i].name,
+                       &m->inputs[i].signed_name);
+        if (rc == 0)
+            rc = move_name(c, given, ngiven, 0, &m->inputs[i].layer, NULL);
+    }
+    /* The output layer is now where it was found, unless the signed URL
+     * is not canonical (the roots are): untrusted text, so checked. */
+    if (rc == 0 && m->stored_layer != NULL &&
+        strcmp(m->output_layer, m->stored_layer) != 0)
+        rc = stmt_bad(
+            c, "stored in layer %s but its task writes %s", m->stored_layer,
+            m->reloc.written != NULL ? m->reloc.written : m->output_layer);
+    return rc;
+}
+
+void vf_manifest_check(vf_manifest *m, cnx_key *const *keys, size_t nkeys,
+                       const vf_reloc *given, size_t ngiven)
 {
     uint8_t *payload = NULL;
     size_t plen = 0;
@@ -795,12 +903,8 @@ void vf_manifest_check(vf_manifest *m, cnx_key *const *keys, size_t nkeys)
                  m->expect_key, m->task_key);
         goto done;
     }
-    if (m->stored_layer != NULL &&
-        strcmp(m->stored_layer, m->output_layer) != 0) {
-        stmt_bad(&c, "stored in layer %s but its task writes %s",
-                 m->stored_layer, m->output_layer);
+    if (relocate(&c, given, ngiven) != 0)
         goto done;
-    }
     m->stmt_ok = 1;
 done:
     cnx_task_free(task);

@@ -2,15 +2,16 @@
  * verify_util.c - the small pieces cnx-verify's library is built from:
  * finding lists, a string index (open addressing, FNV-1a), the parallel
  * loop (threads pull item numbers from one atomic counter, so uneven
- * items balance themselves), and the streaming SHA-256 of stored objects.
+ * items balance themselves), the relocation of a moved dataset's names
+ * (pure string work on cnx/url.h's canonical URLs), and the reads of
+ * stored objects through the store interface, for every scheme.
  *
- * Hashing reads each file in large blocks into a per-thread buffer and
- * feeds OpenSSL's EVP SHA-256 (SHA-NI where the CPU has it), so a thread
- * runs near `openssl speed -evp sha256`; objects are spread over threads.
+ * Hashing reads each object whole (cnx_store_get, at most
+ * CNX_STORE_MAX_OBJECT) and takes its SHA-256 with cnx_digest (OpenSSL
+ * EVP); objects are spread over threads, each store shared by them.
  */
+#include <assert.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -233,82 +234,171 @@ void vf_parallel(int threads, size_t n, vf_task_fn fn, void *ctx,
         pthread_join(tid[t], NULL);
 }
 
-/* ---- hashing --------------------------------------------------------- */
+/* ---- relocation -------------------------------------------------------- */
 
-int vf_url_path(const char *url, char *path, size_t cap)
+void cnx__verify_reloc_dispose(vf_reloc *r)
 {
-    const char *p = url;
-    if (strncmp(url, "file://", 7) == 0)
-        p = url + 7;
-    else if (strstr(url, "://") != NULL)
-        return -1;
-    if (p[0] != '/' || (size_t)snprintf(path, cap, "%s", p) >= cap)
-        return -1;
-    return 0;
+    free(r->from);
+    free(r->to);
+    free(r->written);
+    free(r->found);
+    memset(r, 0, sizeof(*r));
 }
 
-void vf_hash_file(vf_hash_job *job, uint8_t *buf, size_t cap)
+/* The start of the last component of path[0, end) (end > 0, no empty
+ * component). */
+static size_t last_component(const char *path, size_t end)
 {
-    static const char hex[] = "0123456789abcdef";
-    char path[4200];
-    unsigned char md[32];
-    unsigned int mdlen = 0;
-    EVP_MD_CTX *ctx = NULL;
+    size_t at = end;
+    while (at > 0 && path[at - 1] != '/')
+        at--;
+    return at;
+}
+
+/* Where the path of u ends once its last component is dropped: before
+ * the slash that precedes it, or 0. */
+static size_t drop_last(const char *path, size_t end)
+{
+    size_t at = last_component(path, end);
+    return at > 0 ? at - 1 : 0;
+}
+
+/* The canonical URL of u's scheme and host with u->path[0, end). */
+static int root_of(const cnx_url *u, size_t end, char out[CNX_URL_MAX])
+{
+    char text[CNX_URL_MAX + 16];
+    cnx_url root;
+    int n, rc;
+    if (u->scheme == CNX_URL_FILE)
+        n = snprintf(text, sizeof(text), "file://%.*s", end > 0 ? (int)end : 1,
+                     end > 0 ? u->path : "/");
+    else
+        n = snprintf(text, sizeof(text), "%s://%s%s%.*s",
+                     cnx_url_scheme_name(u->scheme), u->host,
+                     end > 0 ? "/" : "", (int)end, u->path);
+    if (n < 0 || (size_t)n >= sizeof(text))
+        return cnx_error_set(CNX_EINVAL, 0, "URL too long");
+    rc = cnx_url_parse(&root, text, 0);
+    if (rc == 0)
+        memcpy(out, root.canonical, strlen(root.canonical) + 1);
+    return rc;
+}
+
+int cnx__verify_reloc_derive(const char *written, const char *found,
+                             char from[CNX_URL_MAX], char to[CNX_URL_MAX])
+{
+    cnx_url w, f;
+    size_t ew, ef;
+    int k = 0, rc;
+
+    from[0] = to[0] = '\0';
+    rc = cnx_url_parse(&w, written, 0);
+    if (rc == 0)
+        rc = cnx_url_parse(&f, found, 0);
+    if (rc != 0)
+        return rc;
+    if (strcmp(w.canonical, f.canonical) == 0)
+        return 0;
+    /* Compare whole components from the end ("/" alone has none). */
+    ew = strlen(w.path);
+    ef = strlen(f.path);
+    if (ew == 1 && w.path[0] == '/')
+        ew = 0;
+    if (ef == 1 && f.path[0] == '/')
+        ef = 0;
+    while (ew > 0 && ef > 0) {
+        size_t sw = last_component(w.path, ew);
+        size_t sf = last_component(f.path, ef);
+        if (ew - sw != ef - sf ||
+            memcmp(w.path + sw, f.path + sf, ew - sw) != 0)
+            break;
+        ew = drop_last(w.path, ew);
+        ef = drop_last(f.path, ef);
+        k++;
+    }
+    if (k == 0)
+        return 0;
+    rc = root_of(&w, ew, from);
+    if (rc == 0)
+        rc = root_of(&f, ef, to);
+    if (rc != 0)
+        return rc;
+    /* equal roots under equal suffixes would be equal URLs */
+    assert(strcmp(from, to) != 0);
+    return 1;
+}
+
+const vf_reloc *cnx__verify_reloc_find(const vf_reloc *list, size_t n,
+                                       const char *url)
+{
+    const vf_reloc *best = NULL;
+    size_t best_len = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *rel;
+        size_t len = strlen(list[i].from);
+        if (cnx_url_under(list[i].from, url, &rel) &&
+            (best == NULL || len > best_len)) {
+            best = &list[i];
+            best_len = len;
+        }
+    }
+    return best;
+}
+
+int cnx__verify_reloc_apply(const vf_reloc *r, const char *url, char **out)
+{
+    const char *rel;
+    int rc;
+    *out = NULL;
+    if (!cnx_url_under(r->from, url, &rel))
+        return 0;
+    if (rel[0] == '\0') {
+        *out = strdup(r->to);
+        return *out != NULL ? 1 : cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+    }
+    rc = cnx_url_join(out, r->to, 0, rel);
+    return rc == 0 ? 1 : rc;
+}
+
+/* ---- reading storage ------------------------------------------------- */
+
+int cnx__verify_store_open(cnx_store **out, const char *url)
+{
+    cnx_url u;
     struct stat st;
-    int fd;
+    int rc = cnx_url_parse(&u, url, 0);
+    *out = NULL;
+    if (rc != 0)
+        return rc;
+    if (u.scheme == CNX_URL_FILE && stat(u.path, &st) != 0)
+        return cnx_error_set(errno == ENOENT || errno == ENOTDIR ? CNX_ENOTFOUND
+                                                                 : CNX_EIO,
+                             0, "%s: %s", u.canonical, strerror(errno));
+    if (u.scheme == CNX_URL_FILE && !S_ISDIR(st.st_mode))
+        return cnx_error_set(CNX_ENOTFOUND, 0, "%s: not a directory",
+                             u.canonical);
+    return cnx_store_open(out, u.canonical);
+}
+
+void cnx__verify_hash_object(vf_hash_job *job)
+{
+    uint8_t *data = NULL;
+    size_t len = 0;
+    int rc;
 
     job->digest[0] = '\0';
-    job->status = 0;
     job->size = 0;
-    if (vf_url_path(job->url, path, sizeof(path)) != 0) {
-        job->status = CNX_EUNSUPPORTED;
-        snprintf(job->error, sizeof(job->error),
-                 "cannot read it: only file:// URLs can be read");
+    if (job->store == NULL)
+        return; /* status and error say why */
+    job->status = 0;
+    rc = cnx_store_get(job->store, job->name, 0, &data, &len);
+    if (rc != 0) {
+        job->status = rc;
+        snprintf(job->error, sizeof(job->error), "%s",
+                 cnx_error_last()->message);
         return;
     }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        job->status = errno == ENOENT || errno == ENOTDIR ? CNX_ENOTFOUND
-                                                          : CNX_EIO;
-        snprintf(job->error, sizeof(job->error), "%s", strerror(errno));
-        return;
-    }
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        job->status = CNX_EIO;
-        snprintf(job->error, sizeof(job->error), "not a regular file");
-        close(fd);
-        return;
-    }
-    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    ctx = EVP_MD_CTX_new();
-    if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-        job->status = CNX_ENOMEM;
-        snprintf(job->error, sizeof(job->error), "out of memory");
-        goto done;
-    }
-    for (;;) {
-        ssize_t n = read(fd, buf, cap);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            job->status = CNX_EIO;
-            snprintf(job->error, sizeof(job->error), "read: %s",
-                     strerror(errno));
-            goto done;
-        }
-        if (n == 0)
-            break;
-        EVP_DigestUpdate(ctx, buf, (size_t)n);
-        job->size += (uint64_t)n;
-    }
-    EVP_DigestFinal_ex(ctx, md, &mdlen);
-    memcpy(job->digest, "sha256:", 7);
-    for (int i = 0; i < 32; i++) {
-        job->digest[7 + 2 * i] = hex[md[i] >> 4];
-        job->digest[8 + 2 * i] = hex[md[i] & 15];
-    }
-    job->digest[71] = '\0';
-done:
-    EVP_MD_CTX_free(ctx);
-    close(fd);
+    cnx_digest(data, len, job->digest);
+    job->size = (uint64_t)len;
+    free(data);
 }

@@ -4,12 +4,13 @@
  * the public keys it is given (docs/verify.md).
  *
  *   cnx-verify --trust DIR [--repo PATH [--ref REF]] [--ledger FILE]
- *              [--json] [--threads N] [--quiet]
+ *              [--relocate OLD=NEW ...] [--json] [--threads N] [--quiet]
  *              (--manifest FILE ... | --request ID | --layer URL ...)
  *
  * Thin: arguments -> cnx_verify (libcnx/src/verify.c) -> one line per
- * finding and a total on stdout (or one JSON object). Exit 0 when nothing
- * was found, 1 with findings, 2 for usage, 3 when it could not run.
+ * finding, one per relocation in effect and a total on stdout (or one
+ * JSON object). Exit 0 when nothing was found, 1 with findings, 2 for
+ * usage, 3 when it could not run.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -29,7 +30,8 @@
 
 static const char usage_text[] =
     "usage: " PROG " --trust DIR [--repo PATH [--ref REF]] [--ledger FILE]\n"
-    "                  [--json] [--threads N] [--quiet]\n"
+    "                  [--relocate OLD=NEW ...] [--json] [--threads N] "
+    "[--quiet]\n"
     "                  (--manifest FILE ... | --request ID | --layer URL "
     "...)\n"
     "\n"
@@ -42,9 +44,11 @@ static const char usage_text[] =
     "\n"
     "  --trust DIR        trusted public keys: every *.pub and *.pem in DIR\n"
     "  --manifest FILE    one envelope file (repeatable)\n"
-    "  --layer URL        a layer (file:// URL or path): every envelope in\n"
-    "                     URL/lineage/, and every object stored in it must\n"
-    "                     be covered by a verified manifest (repeatable)\n"
+    "  --layer URL        a layer (file://, s3://, gs://, http(s):// URL or\n"
+    "                     a path): every envelope in URL/lineage/, and every\n"
+    "                     object stored in it must be covered by a verified\n"
+    "                     manifest (repeatable). A layer copied or moved\n"
+    "                     with its dataset verifies where it is now\n"
     "  --request ID       the request's manifests from the ledger\n"
     "                     (repeatable; needs --ledger)\n"
     "  --ledger FILE      the controller's SQLite ledger, read-only: hash\n"
@@ -52,14 +56,19 @@ static const char usage_text[] =
     "  --repo PATH        git repository: every manifest's code commit must\n"
     "                     be in it, from a clean tree\n"
     "  --ref REF          ...and reachable from REF (branch, tag, commit)\n"
+    "  --relocate OLD=NEW a dataset moved from URL OLD to URL NEW: names\n"
+    "                     under OLD are read under NEW (for --manifest and\n"
+    "                     --request; a --layer relocates itself). Repeatable,\n"
+    "                     the longest OLD wins; split at the first '='\n"
     "  --threads N        threads (default: one per online core)\n"
     "  --json             one JSON object on stdout\n"
     "  -q, --quiet        no progress bar\n"
     "  -h, --help         this text\n"
     "\n"
     "Output: one line per finding, '<object>: <check>: <reason>', sorted,\n"
-    "then a total line. Checks: signature, statement, subject, input,\n"
-    "coverage, commit, ledger, parameters.\n"
+    "then one '" PROG ": relocated OLD -> NEW (...)' line per relocation in\n"
+    "effect, then a total line. Checks: signature, statement, subject,\n"
+    "input, coverage, commit, ledger, parameters.\n"
     "\n"
     "Exit status: 0 everything verifies, 1 findings, 2 usage error,\n"
     "3 could not run (no trusted key, unreadable ledger or repository,\n"
@@ -83,9 +92,29 @@ static int cannot_run(void)
 }
 
 typedef struct source {
-    int kind; /* 'm', 'l', 'r' */
+    int kind; /* 'm', 'l', 'r', 'x' (--relocate) */
     const char *arg;
 } source;
+
+/* --relocate OLD=NEW, split at the first '='. @return 0, or 2 (usage). */
+static int add_relocation(cnx_verify *v, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    char *old;
+    int rc;
+    if (eq == NULL || eq == arg || eq[1] == '\0')
+        return usage_error("--relocate: expected OLD=NEW, got '%s'", arg);
+    old = strndup(arg, (size_t)(eq - arg));
+    if (old == NULL)
+        return cannot_run();
+    rc = cnx_verify_add_relocation(v, old, eq + 1);
+    free(old);
+    if (rc == CNX_ENOMEM)
+        return cannot_run();
+    if (rc != 0)
+        return usage_error("--relocate: %s", cnx_error_last()->message);
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -98,7 +127,8 @@ int main(int argc, char **argv)
         OPT_THREADS,
         OPT_MANIFEST,
         OPT_REQUEST,
-        OPT_LAYER
+        OPT_LAYER,
+        OPT_RELOCATE
     };
     static const struct option options[] = {
         {"trust", required_argument, NULL, OPT_TRUST},
@@ -110,6 +140,7 @@ int main(int argc, char **argv)
         {"manifest", required_argument, NULL, OPT_MANIFEST},
         {"request", required_argument, NULL, OPT_REQUEST},
         {"layer", required_argument, NULL, OPT_LAYER},
+        {"relocate", required_argument, NULL, OPT_RELOCATE},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -119,7 +150,8 @@ int main(int argc, char **argv)
     cnx_verify *v = NULL;
     cnx_verify_stats stats;
     const cnx_verify_finding *f;
-    size_t nsources = 0, nf = 0;
+    const cnx_verify_relocation *rel;
+    size_t nsources = 0, nf = 0, nrel = 0, nrelocs = 0;
     int64_t threads = 0;
     int json = 0, quiet = 0, requests = 0, opt, rc;
 
@@ -150,11 +182,14 @@ int main(int argc, char **argv)
         case OPT_MANIFEST:
         case OPT_LAYER:
         case OPT_REQUEST:
+        case OPT_RELOCATE:
             if (nsources == MAX_SOURCES)
                 return usage_error("%s", "too many sources (4096 at most)");
-            sources[nsources].kind = opt == OPT_MANIFEST ? 'm'
-                                     : opt == OPT_LAYER  ? 'l'
-                                                         : 'r';
+            sources[nsources].kind = opt == OPT_MANIFEST   ? 'm'
+                                     : opt == OPT_LAYER    ? 'l'
+                                     : opt == OPT_RELOCATE ? 'x'
+                                                           : 'r';
+            nrelocs += opt == OPT_RELOCATE;
             sources[nsources++].arg = optarg;
             requests += opt == OPT_REQUEST;
             break;
@@ -174,7 +209,7 @@ int main(int argc, char **argv)
         return usage_error("unexpected argument '%s'", argv[optind]);
     if (cfg.trust_dir == NULL)
         return usage_error("%s", "--trust DIR is required");
-    if (nsources == 0)
+    if (nsources == nrelocs)
         return usage_error("%s", "nothing to verify: give --manifest, "
                                  "--layer or --request");
     if (requests > 0 && cfg.ledger == NULL)
@@ -187,7 +222,16 @@ int main(int argc, char **argv)
     if (cnx_verify_new(&v, &cfg) != 0)
         return cannot_run();
     for (size_t i = 0; i < nsources; i++) {
+        rc = sources[i].kind == 'x' ? add_relocation(v, sources[i].arg) : 0;
+        if (rc != 0) {
+            cnx_verify_free(v);
+            return rc;
+        }
+    }
+    for (size_t i = 0; i < nsources; i++) {
         const source *s = &sources[i];
+        if (s->kind == 'x')
+            continue;
         rc = s->kind == 'm'   ? cnx_verify_add_file(v, s->arg)
              : s->kind == 'l' ? cnx_verify_add_layer(v, s->arg)
                               : cnx_verify_add_request(v, s->arg);
@@ -203,6 +247,7 @@ int main(int argc, char **argv)
         return rc;
     }
     f = cnx_verify_findings(v, &nf);
+    rel = cnx_verify_relocations(v, &nrel);
     cnx_verify_get_stats(v, &stats);
     if (json) {
         char *text = NULL;
@@ -216,6 +261,15 @@ int main(int argc, char **argv)
     } else {
         for (size_t i = 0; i < nf; i++)
             printf("%s: %s: %s\n", f[i].object, f[i].check, f[i].reason);
+        for (size_t i = 0; i < nrel; i++) {
+            if (rel[i].found != NULL)
+                printf(PROG ": relocated %s -> %s (layer %s was written as "
+                            "%s)\n",
+                       rel[i].from, rel[i].to, rel[i].found, rel[i].written);
+            else
+                printf(PROG ": relocated %s -> %s (--relocate)\n", rel[i].from,
+                       rel[i].to);
+        }
         printf(PROG ": %zu manifests, %zu objects checked, %zu inputs "
                     "traced, %zu findings\n",
                stats.manifests, stats.objects, stats.inputs, nf);

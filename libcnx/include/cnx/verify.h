@@ -103,12 +103,36 @@ int cnx_verify_add_envelope(cnx_verify *v, const char *origin,
                             const char *envelope, size_t len);
 
 /**
- * Add a layer (file:// URL or path): every envelope under its lineage/
- * directory, and coverage of every object stored in it.
- * @return 0; CNX_ENOTFOUND if the layer does not exist; CNX_EUNSUPPORTED
- *         for a scheme that cannot be listed; CNX_EIO; CNX_ENOMEM.
+ * Add a layer (a URL of any scheme cnx/store.h opens, or a path): every
+ * envelope under its lineage/, and coverage of every object stored in it.
+ * Envelopes whose task wrote the layer under another URL (the layer was
+ * copied or moved with its dataset) relocate their names: the longest
+ * common suffix of whole path components of the two layer URLs is the
+ * layer's place in its dataset, and names under the old root are read
+ * under the new one (none in common: a statement finding).
+ * @return 0; CNX_EINVAL for a malformed URL; CNX_ENOTFOUND if nothing is
+ *         stored under it; CNX_EUNSUPPORTED for a scheme that cannot be
+ *         listed or that this build lacks; CNX_EIO; CNX_ENOMEM.
  */
 int cnx_verify_add_layer(cnx_verify *v, const char *url);
+
+/**
+ * Read every name under old_url at new_url instead: a dataset moved or
+ * copied as a whole, for sources that do not say where they are now
+ * (--manifest files, --request rows), or inputs that moved elsewhere (or
+ * stayed: old_url may equal new_url). A manifest found in a layer's
+ * lineage/ relocates itself too (cnx_verify_add_layer). Each name moves
+ * by the relocation with the longest root it lies under (the manifest's
+ * own on a tie); a manifest's outputs always follow the layer it was
+ * found in. Only names move: every digest is checked as signed. Call
+ * before cnx_verify_run.
+ * @param old_url, new_url  URLs or paths (cnx_url_parse with
+ *                          CNX_URL_ALLOW_PATH), compared component-wise
+ * @return 0; CNX_EINVAL for a malformed URL, or after the run;
+ *         CNX_ENOMEM.
+ */
+int cnx_verify_add_relocation(cnx_verify *v, const char *old_url,
+                              const char *new_url);
 
 /**
  * Add a request's manifests from the ledger (every lineage row of the
@@ -130,13 +154,32 @@ int cnx_verify_run(cnx_verify *v);
 const cnx_verify_finding *cnx_verify_findings(const cnx_verify *v,
                                               size_t *count);
 
+/** A relocation in effect: names under from were read under to. */
+typedef struct cnx_verify_relocation {
+    const char *from;    /* the dataset's root as the manifests name it */
+    const char *to;      /* where it is now */
+    const char *written; /* derived: a layer as its manifests name it; NULL
+                          * for one given (cnx_verify_add_relocation) */
+    const char *found;   /* derived: the layer they were found under */
+} cnx_verify_relocation;
+
+/**
+ * The relocations of the last run: the given ones, then each one derived
+ * from a layer (once per distinct from/to). Valid until cnx_verify_free();
+ * none before a run.
+ */
+const cnx_verify_relocation *cnx_verify_relocations(const cnx_verify *v,
+                                                    size_t *count);
+
 /** Counts and timings of the last run. */
 void cnx_verify_get_stats(const cnx_verify *v, cnx_verify_stats *out);
 
 /**
  * The result as one JSON object:
  * {"ok":bool,"manifests":n,"objects":m,"bytes":b,"inputs":i,"layers":l,
- *  "findings":[{"object","check","reason"}...]}, canonical.
+ *  "relocations":[{"from","to","written","found"}...] (written and found
+ *  null for a given one), "findings":[{"object","check","reason"}...]},
+ *  canonical.
  * @param[out] out  free() it
  * @return 0; CNX_ENOMEM.
  */

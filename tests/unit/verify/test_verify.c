@@ -9,6 +9,9 @@
  * output byte, an edited payload, an untrusted signer, a swapped input, a
  * removed manifest, an unknown commit, a deleted or edited ledger row,
  * other parameters, malformed envelopes) gives its own check and message.
+ * Copied as a whole to another directory, with the originals removed, the
+ * lineage verifies at the copy (relocated), and a chunk swapped in the
+ * copy is still a finding that names it there.
  */
 #include "cnx_test.h"
 
@@ -690,6 +693,244 @@ static void test_verify__malformed_envelopes_are_findings(void **state)
     teardown_fx(&fx);
 }
 
+/* ---- a copied dataset ---------------------------------------------------- */
+
+/* Move the fixture's layers s1 and s2 (and raw, if with_raw) to a new
+ * directory dst: copied there (s1 named as given), originals removed. */
+static void copy_dataset(const fixture *fx, char dst[64], const char *s1_as,
+                         int with_raw)
+{
+    char cmd[600];
+    cnx_test_tmpdir(dst);
+    snprintf(cmd, sizeof(cmd),
+             "cp -a '%s/s1' '%s/%s' && cp -a '%s/s2' '%s/s2' && "
+             "rm -rf '%s/s1' '%s/s2'",
+             fx->dir, dst, s1_as, fx->dir, dst, fx->dir, fx->dir);
+    assert_int_equal(system(cmd), 0);
+    if (with_raw) {
+        snprintf(cmd, sizeof(cmd),
+                 "cp -a '%s/raw' '%s/raw' && rm -rf "
+                 "'%s/raw'",
+                 fx->dir, dst, fx->dir);
+        assert_int_equal(system(cmd), 0);
+    }
+}
+
+static cnx_verify *run_copy(const fixture *fx, const char *copy,
+                            const char *relocate_to, const char *manifest)
+{
+    cnx_verify_config cfg;
+    cnx_verify *v;
+    char url[128], old[128];
+    cnx_verify_config_init(&cfg);
+    cfg.trust_dir = fx->trust;
+    cfg.threads = 2;
+    cfg.ledger = fx->ledger;
+    cfg.repo = fx->repo;
+    assert_int_equal(cnx_verify_new(&v, &cfg), 0);
+    if (relocate_to != NULL) {
+        snprintf(old, sizeof(old), "file://%s", fx->dir);
+        assert_int_equal(cnx_verify_add_relocation(v, old, relocate_to), 0);
+    }
+    if (manifest != NULL) {
+        assert_int_equal(cnx_verify_add_file(v, manifest), 0);
+    } else {
+        snprintf(url, sizeof(url), "file://%s/s1", copy);
+        assert_int_equal(cnx_verify_add_layer(v, url), 0);
+        snprintf(url, sizeof(url), "%s/s2", copy); /* a path will do */
+        assert_int_equal(cnx_verify_add_layer(v, url), 0);
+    }
+    assert_int_equal(cnx_verify_run(v), 0);
+    return v;
+}
+
+static void test_verify__copied_dataset_verifies_where_it_is(void **state)
+{
+    fixture fx;
+    options o = {0};
+    cnx_verify *v;
+    cnx_verify_stats stats;
+    const cnx_verify_relocation *rel;
+    size_t nrel;
+    char copy[64], from[128], to[128], path[256], url[256], saved[128];
+    char *json;
+    (void)state;
+    build(&fx, &o);
+    copy_dataset(&fx, copy, "s1", 1);
+    snprintf(from, sizeof(from), "file://%s", fx.dir);
+    snprintf(to, sizeof(to), "file://%s", copy);
+
+    /* every layer, the raw input and the ledger's rows, at the copy */
+    v = run_copy(&fx, copy, NULL, NULL);
+    expect_none(v);
+    cnx_verify_get_stats(v, &stats);
+    assert_int_equal(stats.manifests, 3);
+    assert_int_equal(stats.objects, 4); /* A, B, the output, raw */
+    rel = cnx_verify_relocations(v, &nrel);
+    assert_int_equal(nrel, 1);
+    assert_string_equal(rel[0].from, from);
+    assert_string_equal(rel[0].to, to);
+    assert_non_null(rel[0].found);
+    assert_non_null(strstr(rel[0].written, fx.dir));
+    assert_int_equal(cnx_verify_report_json(v, &json), 0);
+    assert_non_null(strstr(json, "\"ok\":true"));
+    assert_non_null(strstr(json, "\"relocations\":[{\"found\":\"file://"));
+    assert_non_null(strstr(json, to));
+    free(json);
+    cnx_verify_free(v);
+
+    /* one envelope of the copy, told where the dataset went */
+    snprintf(path, sizeof(path), "%s/s2/%s", copy,
+             fx.m2.path + strlen(fx.dir) + 4);
+    v = run_copy(&fx, copy, to, path);
+    expect_none(v);
+    rel = cnx_verify_relocations(v, &nrel);
+    assert_int_equal(nrel, 1); /* the given one moves s1's manifests too */
+    assert_null(rel[0].found);
+    assert_string_equal(rel[0].to, to);
+    cnx_verify_free(v);
+    /* ... and not told: its output is not where it says */
+    v = run_copy(&fx, copy, NULL, path);
+    expect(v, "subject", fx.m2.out_url, "missing from storage");
+    cnx_verify_free(v);
+
+    /* the request from the ledger, told where the dataset went: its rows'
+     * envelopes are looked for at the copy */
+    {
+        cnx_verify_config cfg;
+        cnx_verify_config_init(&cfg);
+        cfg.trust_dir = fx.trust;
+        cfg.ledger = fx.ledger;
+        assert_int_equal(cnx_verify_new(&v, &cfg), 0);
+        assert_int_equal(cnx_verify_add_relocation(v, from, copy), 0);
+        assert_int_equal(cnx_verify_add_request(v, REQUEST), 0);
+        assert_int_equal(cnx_verify_run(v), 0);
+        expect_none(v);
+        cnx_verify_free(v);
+    }
+
+    /* a manifest removed from the copy: the ledger's row names where */
+    snprintf(path, sizeof(path), "%s/s2/%s", copy,
+             fx.m2.path + strlen(fx.dir) + 4);
+    snprintf(saved, sizeof(saved), "%s/saved-envelope", copy);
+    assert_int_equal(rename(path, saved), 0);
+    v = run_copy(&fx, copy, NULL, NULL);
+    snprintf(url, sizeof(url), "is not stored at %s/s2/lineage/", to);
+    expect(v, "ledger", "offset 2", url);
+    expect(v, "coverage", "/s2/" OBJ_A, "no verified manifest covers it");
+    cnx_verify_free(v);
+    assert_int_equal(rename(saved, path), 0);
+
+    /* a chunk of the copy swapped for another's bytes: named, at the copy */
+    snprintf(path, sizeof(path), "%s/s1/" OBJ_B, copy);
+    overwrite(path, "segments A");
+    v = run_copy(&fx, copy, NULL, NULL);
+    snprintf(url, sizeof(url), "%s/s1/" OBJ_B, to);
+    expect(v, "subject", url, "the bytes of");
+    snprintf(url, sizeof(url), "%s/s1/" OBJ_A, to);
+    expect(v, "subject", "/s1/" OBJ_B, url);
+    cnx_verify_free(v);
+    cnx_test_rmtree(copy);
+    teardown_fx(&fx);
+}
+
+/* The raw layer stayed where it was: under the copied layers' own root,
+ * it is looked for at the copy, unless a longer --relocate says where it
+ * is (here: where it always was). */
+static void test_verify__longer_relocation_keeps_an_input_in_place(void **state)
+{
+    fixture fx;
+    options o = {0};
+    cnx_verify *v;
+    char copy[64], raw[128], raw_url[256];
+    const cnx_verify_relocation *rel;
+    size_t nrel;
+    (void)state;
+    build(&fx, &o);
+    copy_dataset(&fx, copy, "s1", 0);
+    snprintf(raw_url, sizeof(raw_url), "file://%s/raw/" RAW_OBJ, copy);
+    v = run_copy(&fx, copy, NULL, NULL);
+    expect(v, "input", "/s1/lineage/", "no longer in storage");
+    expect(v, "input", "/s1/lineage/", raw_url);
+    cnx_verify_free(v);
+
+    snprintf(raw, sizeof(raw), "%s/raw", fx.dir);
+    {
+        cnx_verify_config cfg;
+        char url[128];
+        cnx_verify_config_init(&cfg);
+        cfg.trust_dir = fx.trust;
+        cfg.ledger = fx.ledger;
+        assert_int_equal(cnx_verify_new(&v, &cfg), 0);
+        assert_int_equal(cnx_verify_add_relocation(v, raw, raw), 0);
+        snprintf(url, sizeof(url), "%s/s1", copy);
+        assert_int_equal(cnx_verify_add_layer(v, url), 0);
+        snprintf(url, sizeof(url), "%s/s2", copy);
+        assert_int_equal(cnx_verify_add_layer(v, url), 0);
+        assert_int_equal(cnx_verify_run(v), 0);
+    }
+    expect_none(v);
+    rel = cnx_verify_relocations(v, &nrel);
+    assert_int_equal(nrel, 2); /* the given one, then the layers' own */
+    assert_null(rel[0].found);
+    assert_non_null(rel[1].found);
+    cnx_verify_free(v);
+    cnx_test_rmtree(copy);
+    teardown_fx(&fx);
+}
+
+static void
+test_verify__layer_copied_under_another_name_is_no_move(void **state)
+{
+    fixture fx;
+    options o = {0};
+    cnx_verify *v;
+    cnx_verify_config cfg;
+    char copy[64], url[128];
+    (void)state;
+    build(&fx, &o);
+    copy_dataset(&fx, copy, "other", 1);
+    cnx_verify_config_init(&cfg);
+    cfg.trust_dir = fx.trust;
+    assert_int_equal(cnx_verify_new(&v, &cfg), 0);
+    snprintf(url, sizeof(url), "file://%s/other", copy);
+    assert_int_equal(cnx_verify_add_layer(v, url), 0);
+    assert_int_equal(cnx_verify_run(v), 0);
+    expect(v, "statement", url, "but its task writes");
+    expect(v, "coverage", url, "no verified manifest covers it");
+    cnx_verify_free(v);
+    cnx_test_rmtree(copy);
+    teardown_fx(&fx);
+}
+
+static void test_verify__missing_or_empty_layer_cannot_run(void **state)
+{
+    fixture fx;
+    options o = {0};
+    cnx_verify *v;
+    cnx_verify_config cfg;
+    char url[128];
+    (void)state;
+    build(&fx, &o);
+    cnx_verify_config_init(&cfg);
+    cfg.trust_dir = fx.trust;
+    assert_int_equal(cnx_verify_new(&v, &cfg), 0);
+    snprintf(url, sizeof(url), "file://%s/nothing", fx.dir);
+    assert_int_equal(cnx_verify_add_layer(v, url), CNX_ENOTFOUND);
+    assert_non_null(strstr(cnx_error_last()->message, "does not exist"));
+    /* nothing was made there */
+    assert_int_not_equal(access(url + 7, F_OK), 0);
+    snprintf(url, sizeof(url), "file://%s/empty", fx.dir);
+    assert_int_equal(mkdir(url + 7, 0755), 0);
+    assert_int_equal(cnx_verify_add_layer(v, url), CNX_ENOTFOUND);
+    assert_int_equal(cnx_verify_add_layer(v, "ftp://x/y"), CNX_EINVAL);
+    assert_int_equal(cnx_verify_add_relocation(v, "a", "file:///b:c"), 0);
+    assert_int_equal(cnx_verify_add_relocation(v, "s3://x", "file:///b"),
+                     CNX_EINVAL);
+    cnx_verify_free(v);
+    teardown_fx(&fx);
+}
+
 static void test_verify__cannot_run_without_keys_or_ledger(void **state)
 {
     char dir[64], path[128];
@@ -711,11 +952,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_verify__clean_lineage_has_no_finding),
-        cmocka_unit_test(
-            test_verify__flipped_output_byte_is_a_subject_finding),
+        cmocka_unit_test(test_verify__flipped_output_byte_is_a_subject_finding),
         cmocka_unit_test(test_verify__edited_payload_is_a_signature_finding),
-        cmocka_unit_test(
-            test_verify__untrusted_signer_is_a_signature_finding),
+        cmocka_unit_test(test_verify__untrusted_signer_is_a_signature_finding),
         cmocka_unit_test(test_verify__swapped_input_names_the_other_object),
         cmocka_unit_test(test_verify__removed_manifest_is_a_coverage_finding),
         cmocka_unit_test(test_verify__unknown_commit_is_a_commit_finding),
@@ -723,6 +962,12 @@ int main(void)
         cmocka_unit_test(test_verify__edited_ledger_row_is_caught),
         cmocka_unit_test(test_verify__other_parameters_name_both),
         cmocka_unit_test(test_verify__malformed_envelopes_are_findings),
+        cmocka_unit_test(test_verify__copied_dataset_verifies_where_it_is),
+        cmocka_unit_test(
+            test_verify__longer_relocation_keeps_an_input_in_place),
+        cmocka_unit_test(
+            test_verify__layer_copied_under_another_name_is_no_move),
+        cmocka_unit_test(test_verify__missing_or_empty_layer_cannot_run),
         cmocka_unit_test(test_verify__cannot_run_without_keys_or_ledger),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
