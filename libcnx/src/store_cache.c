@@ -98,23 +98,11 @@ static void cache_from_env(void)
     pthread_mutex_unlock(&cache_lock);
 }
 
+/* mkdir -p, errno set on failure. */
 static int mkdir_p(const char *path)
 {
-    char buf[PATH_MAX];
-    size_t len = strlen(path);
-    if (len >= sizeof(buf))
-        return -1;
-    memcpy(buf, path, len + 1);
-    for (size_t i = 1; i <= len; i++) {
-        if (buf[i] == '/' || buf[i] == '\0') {
-            char saved = buf[i];
-            buf[i] = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return -1;
-            buf[i] = saved;
-        }
-    }
-    return 0;
+    char failed[PATH_MAX];
+    return cnx__mkdir_p(path, failed, sizeof(failed));
 }
 
 int cnx_store_cache_configure(const char *dir, uint64_t max_bytes)

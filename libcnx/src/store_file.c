@@ -89,23 +89,38 @@ static void inflight_remove(const char *tmp)
     pthread_mutex_unlock(&inflight_lock);
 }
 
-static int make_dirs(const char *path)
+int cnx__mkdir_p(const char *path, char *failed, size_t cap)
 {
     char buf[PATH_MAX];
     size_t len = strlen(path);
-    if (len >= sizeof(buf))
-        return cnx_error_set(CNX_ENAME, 0, "path too long: %.100s", path);
+    if (len >= sizeof(buf)) {
+        errno = ENAMETOOLONG;
+        snprintf(failed, cap, "%.100s", path);
+        return -1;
+    }
     memcpy(buf, path, len + 1);
     for (size_t i = 1; i <= len; i++) {
         if (buf[i] == '/' || buf[i] == '\0') {
             char saved = buf[i];
             buf[i] = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return cnx_error_set(CNX_EIO, 1, "cannot create directory "
-                                     "%s: %s", buf, strerror(errno));
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+                snprintf(failed, cap, "%s", buf);
+                return -1;
+            }
             buf[i] = saved;
         }
     }
+    return 0;
+}
+
+static int make_dirs(const char *path)
+{
+    char failed[PATH_MAX];
+    if (cnx__mkdir_p(path, failed, sizeof(failed)) != 0)
+        return cnx_error_set(errno == ENAMETOOLONG ? CNX_ENAME : CNX_EIO,
+                             errno != ENAMETOOLONG,
+                             "cannot create directory %s: %s", failed,
+                             strerror(errno));
     return 0;
 }
 

@@ -17,31 +17,16 @@
 set -uo pipefail
 
 SUPPORT=${CNX_SUPPORT:?CNX_SUPPORT must name the built test support programs}
-SRC=${CNX_SOURCE:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-PY=${CNX_PYTHON:-python3}
+# lib.sh: check, finish, the work directory and its clean-up.
+source "${CNX_SOURCE:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}/acceptance/lib.sh"
+set +e # the checks below run commands that are meant to fail
 TOOL="$SUPPORT/store_tool"
-tmp=$(mktemp -d)
+tmp=$WORK
 stall_pid=""
-passed=0
-failed=0
-
 cleanup() {
     bash "$SRC/tests/support/s3rver.sh" stop "$tmp/s3" 2>/dev/null
     [ -n "$stall_pid" ] && kill "$stall_pid" 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-check() {
-    local what=$1
-    shift
-    if "$@"; then
-        echo "ok: $what"
-        passed=$((passed + 1))
-    else
-        echo "FAILED: $what" >&2
-        failed=$((failed + 1))
-    fi
+    rm -rf "$WORK"
 }
 
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
@@ -219,5 +204,4 @@ check "s3rver ignores If-None-Match (check off: the re-put goes through)" \
 
 check "... and replaced the bytes" same_bytes s3://cnx-test/ds hazard/x "$tmp/other"
 
-echo "store_s3: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
