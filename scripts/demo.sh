@@ -40,18 +40,35 @@
 # after 10 s). Exit status 0 only if every check passed.
 # Outputs: out/demo/ (precomputed layers: point Neuroglancer at them; the
 # ledger; the envelopes; logs of the broker, controller and workers).
+# With --store s3 the dataset lives in an S3 bucket instead: s3rver is
+# started on loopback (tests/support/s3rver.sh, data in out/demo/s3rver),
+# the AWS settings point every process at it (AWS_ENDPOINT_URL, keys,
+# region) and the workers share a read cache (CNX_CACHE_DIR=out/demo/cache);
+# the synthetic inputs are copied to s3://cnx-demo/synth, every run reads
+# and writes there, cnx-verify checks the s3:// layers, and the outputs are
+# copied back to out/demo/synth for the local checks, the digests (the same
+# as a file run's) and Neuroglancer.
 # Environment: CNX_DEMO_SHAPE (default 256,256,256), CNX_DEMO_ROI (default
 # the whole volume, x0,y0,z0,x1,y1,z1), CNX_DEMO_OUT, CNX_DEMO_PORT (8080).
 set -euo pipefail
 serve=0
-case "${1:-}" in
-  --help | -h)
-    sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
-    echo "usage: bash scripts/demo.sh [--serve]   (or: cnx demo [--serve])"
-    exit 0 ;;
-  --serve) serve=1 ;;
-  "") ;;
-  *) echo "demo.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+store=file
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --help | -h)
+      sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+      echo "usage: bash scripts/demo.sh [--serve] [--store file|s3]   (or: cnx demo ...)"
+      exit 0 ;;
+    --serve) serve=1 ;;
+    --store) store=${2:-}; shift ;;
+    --store=*) store=${1#--store=} ;;
+    *) echo "demo.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+case $store in
+  file | s3) ;;
+  *) echo "demo.sh: --store takes file or s3, not '$store'" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -81,11 +98,71 @@ stop_all() { # newest first: workers, controller, then the broker
   done
   pids=()
 }
-trap stop_all EXIT
+stop_s3() { # --store s3: the S3 server, after everything that used it
+  [ "$store" = s3 ] || return 0
+  bash tests/support/s3rver.sh stop "$out/s3rver" >/dev/null 2>&1 || true
+}
+trap 'stop_all; stop_s3' EXIT
 trap 'exit 130' INT TERM
 
 rm -rf "$out"
 mkdir -p "$out"
+dataset=file://$out/synth
+if [ "$store" = s3 ]; then
+  # s3rver's built-in account (it knows no other key id); for it alone.
+  bucket=cnx-demo
+  echo "== start s3rver (tests/support/s3rver.sh), bucket $bucket"
+  bash tests/support/s3rver.sh start "$out/s3rver" "$bucket"
+  export AWS_ENDPOINT_URL AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER \
+    AWS_REGION=us-east-1 CNX_CACHE_DIR=$out/cache
+  AWS_ENDPOINT_URL=$(cat "$out/s3rver/endpoint")
+  unset AWS_SESSION_TOKEN AWS_PROFILE
+  dataset=s3://$bucket/synth
+  # Copies between out/demo/synth and the bucket, with Python over plain
+  # HTTP (path-style; s3rver takes unsigned requests), like `aws s3 cp
+  # --recursive`. s3rver lists in its directory walk's order and caps a
+  # page at 1000 keys, so a long listing is split by the next character.
+  s3copy() { # up|down, prefix...
+    python3 - "$AWS_ENDPOINT_URL" "$bucket" "$out/synth" "$@" <<'PY'
+import concurrent.futures as cf, http.client, os, sys, urllib.parse
+import xml.etree.ElementTree as ET
+endpoint, bucket, root, how, prefixes = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+u = urllib.parse.urlsplit(endpoint)
+def call(method, key, body=None, query=""):
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
+    c.request(method, "/%s/%s%s" % (bucket, urllib.parse.quote(key), query), body=body)
+    r = c.getresponse(); data = r.read(); c.close()
+    return r.status, data
+def keys(prefix):
+    status, data = call("GET", "", query="?prefix=" + urllib.parse.quote(prefix, safe=""))
+    assert status == 200, (prefix, status)
+    xml = ET.fromstring(data)
+    ks = [e.text for e in xml.iter() if e.tag.endswith("}Key")]
+    if not [e for e in xml.iter() if e.tag.endswith("}IsTruncated") and e.text == "true"]:
+        return ks
+    ks = [prefix] if call("HEAD", prefix)[0] == 200 else []
+    return ks + [k for c in map(chr, range(32, 127)) for k in keys(prefix + c)]
+def up(rel):
+    status, data = call("PUT", "synth/" + rel, open(os.path.join(root, rel), "rb").read())
+    assert status == 200, (rel, status, data[:200])
+def down(key):
+    status, data = call("GET", key)
+    assert status == 200, (key, status)
+    path = os.path.join(root, key[len("synth/"):])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    open(path, "wb").write(data)
+if how == "up":
+    work = [os.path.relpath(os.path.join(d, f), root) for p in prefixes
+            for d, _, fs in os.walk(os.path.join(root, p)) for f in fs]
+else:
+    work = [k for p in prefixes for k in keys("synth/" + p + "/")]
+with cf.ThreadPoolExecutor(8) as ex:
+    list(ex.map(up if how == "up" else down, work))
+print("%d objects %s" % (len(work), "to s3://%s/synth" % bucket if how == "up"
+      else "from s3://%s/synth to %s" % (bucket, root)))
+PY
+  }
+fi
 : >"$out/times.tsv"
 elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}'; }
 step() { # name, command...
@@ -141,6 +218,10 @@ printf '%s\t%s\n' "start the Kafka stack" "$(elapsed "$s")" >>"$out/times.tsv"
 
 step "synthesise $shape" "$bin/cnx-synth" --out "$out/synth" --shape "$shape" --seed 1
 step "record tile set" "$bin/cnx-ingest" --tiles "$out/synth/tiles/tiles.json" --out "$out/synth/tileset"
+if [ "$store" = s3 ]; then
+  step "copy the dataset to $dataset" s3copy up gt image boundary cleft psd tileset \
+    synth.json gt-synapses.json
+fi
 if [ -d "$shared/data/isbi2012" ]; then
   step "ingest ISBI image" "$bin/cnx-ingest" --out "$out/isbi/image" --resolution 4,4,50 \
     "$shared"/data/isbi2012/image/*.png
@@ -158,7 +239,7 @@ reprocess() { # workflow, request id
   echo "== cnx-reprocess --workflow $1 --roi $roi --request $2 --wait"
   set +e
   "$bin/cnx-reprocess" --brokers "$boot" --workflow "$1" --workflows "$root/workflows" \
-    --dataset "file://$out/synth" --roi "$roi" --deadline 24h --request "$2" --wait \
+    --dataset "$dataset" --roi "$roi" --deadline 24h --request "$2" --wait \
     --timeout 900 2>&1 | tee "$out/$2.txt"
   rc=${PIPESTATUS[0]}
   set -e
@@ -196,6 +277,17 @@ c_metrics="$(scrape "$mport_c" '^cnx_controller_messages_applied_total') message
 s=$(date +%s.%N)
 stop_all
 printf '%s\t%s\n' "stop the Kafka stack" "$(elapsed "$s")" >>"$out/times.tsv"
+ledger_local=$ledger
+if [ "$store" = s3 ]; then
+  # The local checks read files: copy the outputs back. ledger_check.py
+  # opens outputs by path, so it reads a copy of the ledger whose output
+  # URLs name the copied files (cnx-verify reads the bucket itself).
+  step "copy the outputs from $dataset" s3copy down pyramid stitched fragments segmentation
+  ledger_local=$out/ledger-local.db
+  sqlite3 "$ledger" ".backup '$ledger_local'"
+  sqlite3 "$ledger_local" "UPDATE outputs SET object = 'file://$out/synth/' ||
+    substr(object, length('$dataset/') + 1) WHERE object LIKE '$dataset/%'"
+fi
 
 # ---- the ledger -------------------------------------------------------------
 q() { sqlite3 -readonly "$ledger" "$@"; }
@@ -248,7 +340,7 @@ echo
 echo "== the ledger checked independently (acceptance/ledger_check.py: Python sqlite3 + hashlib)"
 ledger_ok=0
 for r in demo-run1 demo-run2 demo-pipe demo-pipe2; do
-  if python3 acceptance/ledger_check.py "$ledger" "$r"; then
+  if python3 acceptance/ledger_check.py "$ledger_local" "$r"; then
     echo "$r: every task done once with a verified manifest; lineage hash chain intact; every output's bytes as recorded"
     ledger_ok=$((ledger_ok + 1))
   else
@@ -280,11 +372,12 @@ else
   commit_note="built from a modified tree or outside git: commits not checked"
 fi
 for layer in pyramid/v1 stitched/v1 fragments/v1 segmentation/v1; do
-  [ -d "$out/synth/$layer" ] && verify_args+=(--layer "file://$out/synth/$layer")
+  [ -d "$out/synth/$layer" ] && verify_args+=(--layer "$dataset/$layer")
 done
 s=$(date +%s.%N)
 set +e
-"$bin/cnx-verify" "${verify_args[@]}" >"$out/verify.txt" 2>&1
+# (no read cache: the stored bytes themselves are checked)
+env -u CNX_CACHE_DIR "$bin/cnx-verify" "${verify_args[@]}" >"$out/verify.txt" 2>&1
 rc_verify=$?
 set -e
 printf '%s\t%s\n' "cnx-verify" "$(elapsed "$s")" >>"$out/times.tsv"
@@ -362,6 +455,9 @@ echo "segmentation: $seg_line"
 echo "synapses: $syn_line"
 echo "manifests: $verified of $nenv verified with the openssl CLI alone; ledger checked independently for $ledger_ok of 4 requests"
 echo "cnx-verify: $verify_line"
+if [ "$store" = s3 ]; then
+  echo "store: $dataset on s3rver at $AWS_ENDPOINT_URL; the workers' read cache $out/cache holds $(find "$out/cache" -type f -path '*/sha256/*' 2>/dev/null | wc -l) objects"
+fi
 echo "worker metrics: $w_metrics"
 echo "controller metrics: ${c_metrics:-(none)}"
 python3 - "$out/synth" >"$out/digests.txt" <<'PY'
@@ -374,6 +470,8 @@ def digest(root, skip=()):
         dirs[:] = sorted(d for d in dirs if os.path.join(dirpath, d) not in skip
                          and d != "lineage")
         for name in sorted(names):
+            if name.startswith(".lock."):
+                continue  # file://'s lock of a swapped object, not data
             p = os.path.join(dirpath, name)
             h.update(os.path.relpath(p, root).encode() + b"\0")
             h.update(hashlib.sha256(open(p, "rb").read()).digest())

@@ -900,7 +900,6 @@ static int locate(cnx_verify *v, vf_hash_job *j)
         return 0;
     }
     memcpy(j->name_buf, name, strlen(name) + 1);
-    j->name = j->name_buf;
     rc = store_at(v, store_url, &j->store, &why);
     if (rc == CNX_ENOMEM)
         return rc;

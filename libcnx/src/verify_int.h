@@ -173,7 +173,8 @@ typedef struct vf_hash_job {
     const char *url;
     cnx_store *store; /* the store that holds it (borrowed); NULL:
                        * status and error say why not */
-    const char *name; /* its name there (borrowed from name_buf) */
+    /* its name there; kept in the job (not pointed to: jobs live in an
+     * array that grows and moves) */
     char name_buf[1040];
     char digest[CNX_DIGEST_LEN]; /* "" if not read */
     int status;                  /* 0 read, CNX_ENOTFOUND, CNX_EIO, ... */

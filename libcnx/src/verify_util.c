@@ -391,7 +391,7 @@ void cnx__verify_hash_object(vf_hash_job *job)
     if (job->store == NULL)
         return; /* status and error say why */
     job->status = 0;
-    rc = cnx_store_get(job->store, job->name, 0, &data, &len);
+    rc = cnx_store_get(job->store, job->name_buf, 0, &data, &len);
     if (rc != 0) {
         job->status = rc;
         snprintf(job->error, sizeof(job->error), "%s",

@@ -3,23 +3,36 @@ the shared reader of the acceptance checks. Chunks are named
 <x0>-<x1>_<y0>-<y1>_<z0>-<z1> in voxels (voxel_offset included), edge chunks
 truncated; raw chunks are little-endian arrays (channel, z, y, x);
 compressed_segmentation chunks are decoded by cseg_ref.py, written from the
-format description.
+format description. A layer is a directory or an http(s):// URL (a web
+server, or an S3 bucket read path-style and unsigned:
+http://ENDPOINT/BUCKET/prefix/layer), read with urllib.
 
     info, vol = read_layer(path)          # vol: (z, y, x) for one channel
     info, vol = read_layer(path, scale=1, channels=True)  # (c, z, y, x)
 """
 import json
 import os
+import urllib.parse
+import urllib.request
 
 import numpy as np
 
 import cseg_ref
 
 
+def read_object(base, name):
+    """The bytes of object `name` (a relative path) of the layer at base."""
+    if base.startswith(("http://", "https://")):
+        url = base.rstrip("/") + "/" + urllib.parse.quote(name, safe="/")
+        with urllib.request.urlopen(url, timeout=60) as r:
+            return r.read()
+    with open(os.path.join(base, name), "rb") as f:
+        return f.read()
+
+
 def read_layer(path, scale=0, channels=False):
     """Scale `scale` of the layer at path as an array; missing chunks fail."""
-    with open(os.path.join(path, "info")) as f:
-        info = json.load(f)
+    info = json.loads(read_object(path, "info"))
     s = info["scales"][scale]
     sx, sy, sz = s["size"]
     ox, oy, oz = s.get("voxel_offset", [0, 0, 0])
@@ -33,8 +46,7 @@ def read_layer(path, scale=0, channels=False):
                 x1, y1, z1 = min(x0 + cx, sx), min(y0 + cy, sy), min(z0 + cz, sz)
                 name = "%d-%d_%d-%d_%d-%d" % (x0 + ox, x1 + ox, y0 + oy,
                                               y1 + oy, z0 + oz, z1 + oz)
-                with open(os.path.join(path, s["key"], name), "rb") as f:
-                    data = f.read()
+                data = read_object(path, s["key"] + "/" + name)
                 shape = (nc, z1 - z0, y1 - y0, x1 - x0)
                 if s["encoding"] == "raw":
                     block = np.frombuffer(data, dtype=dt).reshape(shape)

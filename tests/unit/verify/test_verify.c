@@ -438,6 +438,61 @@ static void test_verify__clean_lineage_has_no_finding(void **state)
     teardown_fx(&fx);
 }
 
+static void overwrite(const char *path, const char *text);
+
+/* Regression: hash jobs live in an array that grows; a job once pointed
+ * into its own slot, so past 256 objects (the first growth) a job read a
+ * name from freed memory. 300 tasks of one object each into a third layer
+ * verify clean, and a flipped one among them is still found by name. */
+static void test_verify__hundreds_of_objects_grow_the_job_list(void **state)
+{
+    enum { N = 300 };
+    fixture fx;
+    options o = {0};
+    manifest *many = calloc(N, sizeof(*many));
+    char layer[128], obj[64], bytes[32], path[256];
+    cnx_verify_config cfg;
+    cnx_verify_stats stats;
+    cnx_verify *v;
+    (void)state;
+    assert_non_null(many);
+    build(&fx, &o);
+    snprintf(layer, sizeof(layer), "file://%s/many", fx.dir);
+    for (int i = 0; i < N; i++) {
+        snprintf(obj, sizeof(obj), "8_8_8/%d-%d_0-64_0-64", i * 64,
+                 i * 64 + 64);
+        snprintf(bytes, sizeof(bytes), "chunk %d", i);
+        sign_task(&fx, fx.key, &many[i], (int64_t)i * 64, fx.raw, RAW_OBJ,
+                  fx.d_raw, layer, obj, bytes, "{\"t\":1}", NULL);
+    }
+    put(layer, "info", "{}", NULL);
+    for (int pass = 0; pass < 2; pass++) {
+        cnx_verify_config_init(&cfg);
+        cfg.trust_dir = fx.trust;
+        cfg.threads = 2;
+        assert_int_equal(cnx_verify_new(&v, &cfg), 0);
+        assert_int_equal(cnx_verify_add_layer(v, layer), 0);
+        assert_int_equal(cnx_verify_run(v), 0);
+        cnx_verify_get_stats(v, &stats);
+        assert_int_equal(stats.manifests, N);
+        assert_true(stats.objects >= N);
+        if (pass == 0) {
+            expect_none(v);
+            /* then one object's bytes change under its manifest */
+            snprintf(path, sizeof(path), "%s/many/8_8_8/%d-%d_0-64_0-64",
+                     fx.dir, 277 * 64, 278 * 64);
+            overwrite(path, "chunk X");
+        } else {
+            expect(v, "subject", many[277].out_url, "");
+        }
+        cnx_verify_free(v);
+    }
+    for (int i = 0; i < N; i++)
+        free(many[i].envelope);
+    free(many);
+    teardown_fx(&fx);
+}
+
 static void test_verify__flipped_output_byte_is_a_subject_finding(
     void **state)
 {
@@ -952,6 +1007,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_verify__clean_lineage_has_no_finding),
+        cmocka_unit_test(test_verify__hundreds_of_objects_grow_the_job_list),
         cmocka_unit_test(test_verify__flipped_output_byte_is_a_subject_finding),
         cmocka_unit_test(test_verify__edited_payload_is_a_signature_finding),
         cmocka_unit_test(test_verify__untrusted_signer_is_a_signature_finding),
