@@ -47,8 +47,11 @@ set -e
 s3rver_stop() { bash "$SRC/tests/support/s3rver.sh" stop "$S3" >/dev/null 2>&1 || true; }
 trap 's3rver_stop; cleanup' EXIT
 ENDPOINT=$(cat "$S3/endpoint")
-export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-S3RVER}
-export AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-S3RVER}
+# (nothing of the caller's AWS set-up may point elsewhere)
+unset AWS_PROFILE AWS_SESSION_TOKEN AWS_DEFAULT_REGION AWS_ENDPOINT_URL_S3
+export AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null
+export AWS_ACCESS_KEY_ID=S3RVER # the only key s3rver accepts
+export AWS_SECRET_ACCESS_KEY=S3RVER
 export AWS_REGION=us-east-1
 export AWS_ENDPOINT_URL=$ENDPOINT
 # Stalls must outlast the client's patience; retries come quickly.
@@ -271,6 +274,7 @@ start_ctl "$PROXY" faults
 start_pool "$PROXY" b
 reprocess "$PROXY" pipeline "s3://$BUCKET/ds2" pipe-faults
 check "pipeline through the fault proxy exits 0 (rc $RC)" [ "$RC" -eq 0 ]
+[ "$RC" -eq 0 ] || echo "  pipe-faults: dead letter: $(reason_of pipe-faults)"
 check "faulted pipeline: the file:// run's stages and task counts" \
   [ "$(stages pipe-faults)" = "$(stages pipe-file)" ]
 stop_workers

@@ -80,6 +80,14 @@ price=0.05 # $ per core-hour, for the cost figures
 
 t0=$(date +%s.%N)
 bash scripts/setup.sh release
+if [ "$store" = s3 ] && ! command -v npm >/dev/null 2>&1; then
+  # --store s3 runs a local S3 server (s3rver, from npm): node and npm.
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+    --no-install-recommends nodejs npm >/dev/null
+fi
 bin=$root/build/bin
 t_build=$(date +%s.%N)
 
