@@ -358,6 +358,12 @@ static CURLcode perform_once(CURL *easy, xfer *x, struct curl_slist *headers,
     curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT, http_timeout_s);
     curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1024L);
     curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, http_timeout_s);
+    {
+        /* The CA bundle every AWS tool honours (a proxy or private CA). */
+        const char *ca = getenv("AWS_CA_BUNDLE");
+        if (ca != NULL && ca[0] != '\0')
+            curl_easy_setopt(easy, CURLOPT_CAINFO, ca);
+    }
     curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(easy, CURLOPT_HEADERDATA, x);
