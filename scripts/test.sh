@@ -27,3 +27,5 @@ echo "== poison acceptance test under ASan + UBSan (build-asan) =="
 # optimiser changes; it ran above under the sanitizers (about 40 s).
 echo "== unit (but test_kafka) + acceptance tests on the release build (build) =="
 (cd build && ctest --output-on-failure -j"$jobs" -L 'unit|acceptance' -E '^unit\.test_kafka$')
+echo "== fuzzers: each over its committed corpus, then a short pass (build-fuzz, clang + ASan + UBSan) =="
+bash scripts/fuzz.sh regress

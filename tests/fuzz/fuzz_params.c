@@ -1,0 +1,58 @@
+/*
+ * fuzz_params.c - stage parameters, the "parameters" object of a task
+ * that each stage's kernel reads (cnx_montage_params_parse,
+ * cnx_segment_params_parse, cnx_synapse_params_parse). Byte 0 picks the
+ * stage; the rest is the JSON. Parameters that parse must pass the same
+ * stage's range check (one table of bounds, two users).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "cnx/montage.h"
+#include "cnx/segment.h"
+#include "cnx/synapse.h"
+#include "fuzz_common.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    fuzz_quiet();
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *json;
+    if (size < 1)
+        return 0;
+    json = fuzz_strndup(data + 1, size - 1);
+    switch (data[0] % 3) {
+    case 0: {
+        cnx_montage_params p;
+        cnx_montage_params_default(&p);
+        if (cnx_montage_params_parse(json, &p) == 0 &&
+            cnx_montage_params_check(&p) != 0)
+            abort();
+        break;
+    }
+    case 1: {
+        cnx_segment_params p;
+        cnx_segment_params_default(&p);
+        if (cnx_segment_params_parse(&p, json) == 0 &&
+            cnx_segment_params_check(&p) != 0)
+            abort();
+        break;
+    }
+    default: {
+        cnx_synapse_params p;
+        cnx_synapse_params_default(&p);
+        if (cnx_synapse_params_parse(json, &p) == 0 &&
+            cnx_synapse_params_check(&p) != 0)
+            abort();
+        break;
+    }
+    }
+    free(json);
+    return 0;
+}
