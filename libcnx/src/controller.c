@@ -146,13 +146,20 @@ static int ledger_open(ctl *c)
         return rc;
     st = ctl_stmt(c, "SELECT value FROM meta WHERE key = 'schema'");
     if (st != NULL && sqlite3_step(st) == SQLITE_ROW &&
-        strcmp((const char *)sqlite3_column_text(st, 0), version) != 0)
-        return cnx_error_set(CNX_EINVAL, 0,
-                             "ledger %s has schema %s; this controller "
-                             "writes schema %s (rebuild it with --rebuild "
-                             "into a new file)",
-                             c->o->ledger, sqlite3_column_text(st, 0),
-                             version);
+        strcmp((const char *)sqlite3_column_text(st, 0), version) != 0) {
+        rc = cnx_error_set(CNX_EINVAL, 0,
+                           "ledger %s has schema %s; this controller "
+                           "writes schema %s (rebuild it with --rebuild "
+                           "into a new file)",
+                           c->o->ledger, sqlite3_column_text(st, 0), version);
+        sqlite3_reset(st);
+        return rc;
+    }
+    /* Reset, or the connection keeps a read transaction open for its
+     * whole life and SQLite can never restart the WAL: ledger.db-wal
+     * would grow with every commit until the controller stops. */
+    if (st != NULL)
+        sqlite3_reset(st);
     return 0;
 }
 
