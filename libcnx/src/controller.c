@@ -30,6 +30,7 @@
 
 #include "cnx/error.h"
 #include "cnx/log.h"
+#include "cnx/url.h"
 #include "ledger_schema.sql.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -110,6 +111,67 @@ void ctl_bind_text(sqlite3_stmt *st, int i, const char *text)
         sqlite3_bind_text(st, i, text, -1, SQLITE_TRANSIENT);
 }
 
+/*
+ * Bring the ledger up to this controller's revision (ledger_schema.sql.h):
+ * a new file is created at it; an older one gets each missing step, in one
+ * transaction; a newer one is refused. A file of revision 1 has no
+ * `revision` row (its releases table has no manifest column).
+ */
+static int ledger_migrate(ctl *c)
+{
+    int64_t rev = CNX_LEDGER_SCHEMA_REVISION;
+    char text[16];
+    sqlite3_stmt *st;
+    int rc;
+
+    st = ctl_stmt(c, "SELECT value FROM meta WHERE key = 'revision'");
+    if (st == NULL)
+        return CNX_EIO;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        rev = sqlite3_column_int64(st, 0);
+        sqlite3_reset(st); /* a stepped statement holds a read transaction */
+    } else {
+        sqlite3_reset(st);
+        st = ctl_stmt(c, "SELECT count(*) FROM pragma_table_info('releases') "
+                         "WHERE name = 'manifest'");
+        if (st == NULL)
+            return CNX_EIO;
+        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 0)
+            rev = 1;
+        sqlite3_reset(st);
+    }
+    if (rev > CNX_LEDGER_SCHEMA_REVISION)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "ledger %s has revision %lld of schema %d; "
+                             "this controller knows revision %d (use a newer "
+                             "controller)",
+                             c->o->ledger, (long long)rev,
+                             CNX_LEDGER_SCHEMA_VERSION,
+                             CNX_LEDGER_SCHEMA_REVISION);
+    rc = ctl_exec(c, "BEGIN IMMEDIATE");
+    for (int64_t r = rev < 1 ? 1 : rev;
+         rc == 0 && r < CNX_LEDGER_SCHEMA_REVISION; r++) {
+        CNX_INFO("controller", "ledger %s: revision %lld -> %lld", c->o->ledger,
+                 (long long)r, (long long)r + 1);
+        rc = ctl_exec(c, ledger_migrate_sql[r]);
+    }
+    snprintf(text, sizeof(text), "%d", CNX_LEDGER_SCHEMA_REVISION);
+    st = rc == 0 ? ctl_stmt(c, "INSERT OR REPLACE INTO meta(key, value) "
+                               "VALUES('revision', ?)")
+                 : NULL;
+    if (rc == 0 && st == NULL)
+        rc = CNX_EIO;
+    if (rc == 0) {
+        ctl_bind_text(st, 1, text);
+        rc = ctl_done(c, st);
+    }
+    if (rc == 0)
+        rc = ctl_exec(c, "COMMIT");
+    else
+        ctl_exec(c, "ROLLBACK");
+    return rc;
+}
+
 static int ledger_open(ctl *c)
 {
     char version[16];
@@ -160,7 +222,7 @@ static int ledger_open(ctl *c)
      * would grow with every commit until the controller stops. */
     if (st != NULL)
         sqlite3_reset(st);
-    return 0;
+    return ledger_migrate(c);
 }
 
 /* ---- trusted keys ---------------------------------------------------- */
@@ -227,6 +289,41 @@ static int load_trust(ctl *c)
                              "key (*.pem, *.pub) in it", c->o->trust_dir);
     CNX_INFO("controller", "%zu trusted key(s) from %s", c->ntrusted,
              c->o->trust_dir);
+    return 0;
+}
+
+/* ---- dataset roots ----------------------------------------------------- */
+
+/* The --dataset-root URLs in canonical form, for cnx_url_under. */
+static int load_roots(ctl *c)
+{
+    if (c->o->ndataset_roots == 0)
+        return 0;
+    c->roots = calloc(c->o->ndataset_roots, sizeof(*c->roots));
+    if (c->roots == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+    for (size_t i = 0; i < c->o->ndataset_roots; i++) {
+        cnx_url *url = malloc(sizeof(*url));
+        int rc =
+            url ? cnx_url_parse(url, c->o->dataset_roots[i], CNX_URL_ALLOW_PATH)
+                : cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+        if (rc == 0 && !cnx_url_writable(url->scheme))
+            rc =
+                cnx_error_set(CNX_EINVAL, 0,
+                              "--dataset-root %s: the "
+                              "controller cannot write %s:// stores",
+                              url->canonical, cnx_url_scheme_name(url->scheme));
+        if (rc == 0) {
+            c->roots[c->nroots] = strdup(url->canonical);
+            rc = c->roots[c->nroots]
+                     ? 0
+                     : cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+        }
+        free(url);
+        if (rc != 0)
+            return rc;
+        c->nroots++;
+    }
     return 0;
 }
 
@@ -428,6 +525,9 @@ void cnx__ctl_close(ctl *c)
         sqlite3_finalize(c->stmts[i].st);
     if (c->db != NULL)
         sqlite3_close(c->db);
+    for (size_t i = 0; i < c->nroots; i++)
+        free(c->roots[i]);
+    free(c->roots);
     for (size_t i = 0; i < c->ntrusted; i++) {
         cnx_key_free(c->trusted[i]);
         free(c->trusted_names[i]);
@@ -462,7 +562,9 @@ int cnx__ctl_open(ctl *c, const cnx_controller_opts *opts)
     memset(c, 0, sizeof(*c));
     c->o = opts;
     pthread_mutex_init(&c->mlock, NULL);
-    rc = ledger_open(c);
+    rc = load_roots(c);
+    if (rc == 0)
+        rc = ledger_open(c);
     if (rc == 0)
         rc = load_trust(c);
     return rc;

@@ -11,6 +11,7 @@
  */
 #include "controller_int.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,25 @@ static int valid_time(const char *t)
     int64_t unused;
     return t != NULL && cnx_rfc3339_parse(t, &unused) == 0;
 }
+
+static void col_text(sqlite3_stmt *st, int i, char *out, size_t n)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    snprintf(out, n, "%s", t ? (const char *)t : "");
+}
+
+static int is_digest(const char *d)
+{
+    return d != NULL && strlen(d) == 71 && strncmp(d, "sha256:", 7) == 0 &&
+           strspn(d + 7, "0123456789abcdef") == 64;
+}
+
+static int settle_held_by_task(ctl *c, const char *request, const char *key);
+static int settle_held_by_request(ctl *c, const char *request);
+static int settle_held_by_manifest(ctl *c, const char *manifest);
+static void statement_facts(const json_t *stmt, char stage[40], char box[128],
+                            char **subjects);
+static int store_facts(ctl *c, const char *manifest, const ctl_verdict *v);
 
 /* ---- the plan of a request ------------------------------------------------ */
 
@@ -327,7 +347,8 @@ static int plan_rows(ctl *c, const char *request)
             rc = ctl_touch_task(c, request, idx[i]);
         free(idx);
     }
-    return rc;
+    /* Successes that waited for the plan to be checked against it. */
+    return rc == 0 ? settle_held_by_request(c, request) : rc;
 }
 
 static int apply_state(ctl *c, const json_t *m, const char *text)
@@ -435,12 +456,22 @@ static int apply_state(ctl *c, const json_t *m, const char *text)
 
 /* ---- releases (the controller's task decisions) ------------------------- */
 
-static int apply_control(ctl *c, const json_t *m)
+/* What checking a claim on a manifest (a `succeeded` event, a `reused`
+ * decision) against the ledger found; see "claims" below. */
+enum { CLAIM_OK = 0, CLAIM_WAIT = 1, CLAIM_BAD = 2 };
+
+static int check_reused(ctl *c, const char *key, const char *manifest,
+                        int *verdict, char *why, size_t n);
+static int hold(ctl *c, const cnx_message *msg, const char *request,
+                const char *key, const char *manifest);
+
+static int apply_control(ctl *c, const cnx_message *msg, const json_t *m)
 {
     const char *type = jstr(m, "type"), *req = jstr(m, "request");
     const char *key = jstr(m, "task_key"), *time = jstr(m, "time");
-    const char *lane = jstr(m, "lane");
+    const char *lane = jstr(m, "lane"), *manifest = jstr(m, "manifest");
     int64_t idx = jint(m, "index", -1), attempt = jint(m, "attempt", -1);
+    int reused = type != NULL && strcmp(type, "reused") == 0;
     sqlite3_stmt *st;
     int rc;
 
@@ -453,9 +484,23 @@ static int apply_control(ctl *c, const json_t *m)
         !valid_time(time))
         return bad("control", "request, task_key, index, attempt and time "
                               "are required");
+    if (reused) {
+        /* A reuse names the verified manifest it reuses, of this key. */
+        char why[512];
+        int verdict;
+        rc = check_reused(c, key, manifest, &verdict, why, sizeof(why));
+        if (rc != 0)
+            return rc;
+        if (verdict == CLAIM_WAIT)
+            return hold(c, msg, req, key, manifest);
+        if (verdict == CLAIM_BAD)
+            return cnx_error_set(CNX_EINVAL, 0, "%s", why);
+    } else {
+        manifest = NULL;
+    }
     st = ctl_stmt(c, "INSERT OR IGNORE INTO releases(request, idx, attempt, "
-                     "type, task_key, lane, time, reason) VALUES(?, ?, ?, ?, "
-                     "?, ?, ?, ?)");
+                     "type, task_key, lane, time, reason, manifest) VALUES(?, "
+                     "?, ?, ?, ?, ?, ?, ?, ?)");
     if (st == NULL)
         return CNX_EIO;
     ctl_bind_text(st, 1, req);
@@ -466,9 +511,14 @@ static int apply_control(ctl *c, const json_t *m)
     ctl_bind_text(st, 6, lane ? lane : "bulk");
     ctl_bind_text(st, 7, time);
     ctl_bind_text(st, 8, jstr(m, "reason") ? jstr(m, "reason") : "");
+    ctl_bind_text(st, 9, manifest);
     rc = ctl_done(c, st);
-    if (rc == 0 && sqlite3_changes(c->db) == 1)
-        rc = ctl_touch_task(c, req, idx);
+    if (rc != 0 || sqlite3_changes(c->db) != 1)
+        return rc;
+    rc = ctl_touch_task(c, req, idx);
+    /* Successes of this task that waited for its release. */
+    if (rc == 0 && strcmp(type, "released") == 0)
+        rc = settle_held_by_task(c, req, key);
     return rc;
 }
 
@@ -491,7 +541,11 @@ static int64_t task_by_key(ctl *c, const char *request, const char *key)
     return sqlite3_column_int64(st, 0);
 }
 
-static int apply_event(ctl *c, const json_t *m)
+static int check_succeeded(ctl *c, const char *req, const char *key,
+                           const char *manifest, int *verdict, char *why,
+                           size_t n);
+
+static int apply_event(ctl *c, const cnx_message *msg, const json_t *m)
 {
     const char *type = jstr(m, "type"), *key = jstr(m, "task_key");
     const char *req = jstr(m, "request"), *worker = jstr(m, "worker");
@@ -517,9 +571,32 @@ static int apply_event(ctl *c, const json_t *m)
                                             : 0;
     if (rank == 0)
         return bad("event", "type: unknown");
+    if (rank == 4) {
+        /* Believed only with a verified manifest of this very task. */
+        const char *manifest = jstr(m, "manifest");
+        char why[1024];
+        int verdict;
+        rc = check_succeeded(c, req, key, manifest, &verdict, why, sizeof(why));
+        if (rc != 0)
+            return rc;
+        if (verdict == CLAIM_WAIT)
+            return hold(c, msg, req, key, manifest);
+        if (verdict == CLAIM_BAD)
+            return cnx_error_set(CNX_EINVAL, 0, "%s", why);
+    }
     /* One row per (task, request, attempt, worker); a later state of the
      * attempt overrides an earlier one (started < preempted < failed <
-     * succeeded), whatever order duplicates arrive in. */
+     * succeeded), whatever order duplicates arrive in. Of two successes
+     * of one row (the same worker ran the attempt twice), the one with
+     * the least (finished, manifest) gives the row its figures and
+     * manifest: a success may wait in `held` for its manifest, so the
+     * order they are applied in is not the log's. */
+#define OLD_SUCCESS_WINS                                                       \
+    "(?22 = 4 AND state = 'succeeded' AND (excluded.finished, "                \
+    "excluded.manifest) >= (finished, manifest))"
+#define FIGURE(col)                                                            \
+    col " = CASE WHEN " OLD_SUCCESS_WINS " THEN " col                          \
+        " ELSE coalesce(excluded." col ", " col ") END, "
     st = ctl_stmt(
         c,
         "INSERT INTO attempts(task_key, request, attempt, worker, stage, "
@@ -531,21 +608,20 @@ static int apply_event(ctl *c, const json_t *m)
         "started = coalesce(started, excluded.started), "
         "state = CASE WHEN ?22 > (CASE state WHEN 'started' THEN 1 WHEN "
         "'preempted' THEN 2 WHEN 'failed' THEN 3 ELSE 4 END) THEN "
+        /* clang-format off */
         "excluded.state ELSE state END, "
-        "finished = coalesce(excluded.finished, finished), "
-        "cpu_s = coalesce(excluded.cpu_s, cpu_s), "
-        "wall_s = coalesce(excluded.wall_s, wall_s), "
-        "read_s = coalesce(excluded.read_s, read_s), "
-        "kernel_s = coalesce(excluded.kernel_s, kernel_s), "
-        "write_s = coalesce(excluded.write_s, write_s), "
-        "bytes_read = coalesce(excluded.bytes_read, bytes_read), "
-        "bytes_written = coalesce(excluded.bytes_written, bytes_written), "
-        "voxels = coalesce(excluded.voxels, voxels), "
-        "outputs = coalesce(excluded.outputs, outputs), "
-        "manifest = coalesce(manifest, excluded.manifest), "
+        FIGURE("finished") FIGURE("cpu_s") FIGURE("wall_s") FIGURE("read_s")
+        FIGURE("kernel_s") FIGURE("write_s") FIGURE("bytes_read")
+        FIGURE("bytes_written") FIGURE("voxels") FIGURE("outputs")
+        "manifest = CASE WHEN ?22 = 4 AND state = 'succeeded' THEN (CASE "
+        "WHEN " OLD_SUCCESS_WINS " THEN manifest ELSE excluded.manifest END) "
+        "ELSE coalesce(manifest, excluded.manifest) END, "
+        /* clang-format on */
         "error_code = coalesce(excluded.error_code, error_code), "
         "error = coalesce(excluded.error, error), "
         "retriable = coalesce(excluded.retriable, retriable)");
+#undef FIGURE
+#undef OLD_SUCCESS_WINS
     if (st == NULL)
         return CNX_EIO;
     ctl_bind_text(st, 1, key);
@@ -684,6 +760,8 @@ void ctl_verdict_free(ctl_verdict *v)
         return;
     json_decref(v->stmt);
     v->stmt = NULL;
+    free(v->subjects);
+    v->subjects = NULL;
 }
 
 void ctl_verify(const ctl *c, const cnx_message *msg, ctl_verdict *v)
@@ -723,11 +801,13 @@ void ctl_verify(const ctl *c, const cnx_message *msg, ctl_verdict *v)
         v->stage = jstr(ext, "stage");
         v->request = jstr(json_object_get(ext, "task"), "request");
         v->invocation = jstr(meta, "invocationId");
-        if (v->key == NULL || v->request == NULL)
+        if (v->key == NULL || v->request == NULL) {
             snprintf(v->error, sizeof(v->error),
                      "statement: no taskKey or task.request");
-        else
+        } else {
             v->verified = 1;
+            statement_facts(v->stmt, v->task_stage, v->task_box, &v->subjects);
+        }
     }
     free(payload);
     free(envelope);
@@ -802,18 +882,522 @@ static int apply_lineage(ctl *c, const cnx_message *msg, ctl_verdict *given)
         CNX_WARN("controller", "manifest %s[%d]@%lld refused: %s",
                  msg->topic, (int)msg->partition, (long long)msg->offset,
                  error);
+        /* Claims on it are now known to be false. */
+        rc = settle_held_by_manifest(c, manifest);
         goto done;
     }
     rc = apply_statement(c, v->stmt, manifest, key, req);
+    if (rc == 0)
+        rc = store_facts(c, manifest, v);
     if (rc == 0) {
         int64_t idx = task_by_key(c, req, key);
         if (idx >= 0)
             rc = ctl_touch_task(c, req, idx);
     }
+    if (rc == 0)
+        rc = settle_held_by_manifest(c, manifest);
 done:
     if (v == &own)
         ctl_verdict_free(&own);
     return rc;
+}
+
+/* ---- claims on manifests -------------------------------------------------
+ *
+ * A `succeeded` event and a `reused` decision each claim that a manifest
+ * on cnx.lineage completes a task. The ledger believes a claim only once
+ * it can check it: the manifest is there, a trusted key verified it, and
+ * it is of that very task (a success: the same task key and request, the
+ * task's stage and box, every output the task must write named; a reuse:
+ * the same task key). Until then the message waits in `held` under its
+ * own position, and whichever message completes the picture (the
+ * manifest, the task's release, the request's plan) settles it: applied,
+ * or a `rejected` row at the claim's position. The outcome is a function
+ * of the messages, not of the order the partitions are read in.
+ */
+
+typedef struct lineage_row {
+    int found, verified;
+    char key[CNX_DIGEST_LEN + 8], request[129], error[512];
+} lineage_row;
+
+/* The lineage row of an envelope digest (the verified one if several). */
+static int lineage_find(ctl *c, const char *manifest, lineage_row *l)
+{
+    sqlite3_stmt *st = ctl_stmt(c, "SELECT verified, task_key, request, "
+                                   "error FROM lineage INDEXED BY "
+                                   "lineage_by_digest WHERE envelope_digest "
+                                   "= ? ORDER BY verified DESC, partition, "
+                                   "offset LIMIT 1");
+    memset(l, 0, sizeof(*l));
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, manifest);
+    if (sqlite3_step(st) != SQLITE_ROW)
+        return 0;
+    l->found = 1;
+    l->verified = sqlite3_column_int(st, 0);
+    col_text(st, 1, l->key, sizeof(l->key));
+    col_text(st, 2, l->request, sizeof(l->request));
+    col_text(st, 3, l->error, sizeof(l->error));
+    return 0;
+}
+
+/* The statement of a verified envelope in the ledger (its signature was
+ * checked when it was applied; only its payload is read again). */
+static int lineage_statement(ctl *c, const char *manifest, json_t **stmt)
+{
+    sqlite3_stmt *st;
+    json_t *env = NULL;
+    uint8_t *payload = NULL;
+    size_t plen = 0;
+    const char *text, *b64;
+    int rc;
+
+    *stmt = NULL;
+    st = ctl_stmt(c, "SELECT envelope FROM lineage INDEXED BY "
+                     "lineage_by_digest WHERE envelope_digest = ? AND "
+                     "verified = 1 LIMIT 1");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, manifest);
+    if (sqlite3_step(st) != SQLITE_ROW)
+        return cnx_error_set(CNX_ENOTFOUND, 0, "no verified envelope %s",
+                             manifest);
+    text = (const char *)sqlite3_column_text(st, 0);
+    rc = cnx__json_parse(&env, text, strlen(text), CNX_ECORRUPT, "envelope");
+    b64 = rc == 0 ? jstr(env, "payload") : NULL;
+    if (rc == 0 && b64 == NULL)
+        rc = cnx_error_set(CNX_ECORRUPT, 0, "envelope: no payload");
+    if (rc == 0)
+        rc = cnx_base64_decode(b64, strlen(b64), &payload, &plen);
+    if (rc == 0)
+        rc = cnx__json_parse(stmt, (const char *)payload, plen, CNX_ECORRUPT,
+                             "statement");
+    free(payload);
+    json_decref(env);
+    return rc;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* What a success is checked against, from a verified statement (pure, so
+ * ctl_verify computes it on the checking thread): the stage and box of
+ * its task document ("?" where absent or malformed) and its subjects'
+ * names, sorted, one per line (*subjects: malloc'd; NULL when out of
+ * memory). */
+static void statement_facts(const json_t *stmt, char stage[40], char box[128],
+                            char **subjects)
+{
+    const json_t *task = json_object_get(
+        json_object_get(json_object_get(json_object_get(stmt, "predicate"),
+                                        "buildDefinition"),
+                        "externalParameters"),
+        "task");
+    const json_t *roi = json_object_get(task, "roi");
+    const json_t *list = json_object_get(stmt, "subject"), *sub;
+    const char **names = calloc(json_array_size(list) + 1, sizeof(*names));
+    size_t n = 0, len = 1, i;
+    cnx_box b;
+    char *out;
+
+    snprintf(stage, 40, "%s", jstr(task, "stage") ? jstr(task, "stage") : "?");
+    snprintf(box, 128, "?");
+    for (i = 0; i < 3; i++) {
+        const json_t *lo = json_array_get(json_object_get(roi, "min"), i);
+        const json_t *hi = json_array_get(json_object_get(roi, "max"), i);
+        if (!json_is_integer(lo) || !json_is_integer(hi))
+            break;
+        b.min[i] = (int64_t)json_integer_value(lo);
+        b.max[i] = (int64_t)json_integer_value(hi);
+    }
+    if (i == 3 && cnx_box_format(&b, box, 128) != 0)
+        snprintf(box, 128, "?");
+    *subjects = NULL;
+    if (names == NULL)
+        return;
+    json_array_foreach(list, i, sub) {
+        const char *name = jstr(sub, "name");
+        if (name != NULL && strchr(name, '\n') == NULL) {
+            names[n++] = name;
+            len += strlen(name) + 1;
+        }
+    }
+    qsort(names, n, sizeof(*names), cmp_name);
+    out = malloc(len);
+    if (out != NULL) {
+        char *p = out;
+        for (i = 0; i < n; i++) {
+            size_t k = strlen(names[i]);
+            memcpy(p, names[i], k);
+            p += k;
+            *p++ = '\n';
+        }
+        *p = '\0';
+    }
+    free(names);
+    *subjects = out;
+}
+
+/* Record the facts of a verified manifest (ctl_verify computed them). */
+static int store_facts(ctl *c, const char *manifest, const ctl_verdict *v)
+{
+    sqlite3_stmt *st;
+    if (v->subjects == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+    st = ctl_stmt(c, "INSERT OR IGNORE INTO manifest_facts(manifest, stage, "
+                     "box, subjects) VALUES(?, ?, ?, ?)");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, manifest);
+    ctl_bind_text(st, 2, v->task_stage);
+    ctl_bind_text(st, 3, v->task_box);
+    ctl_bind_text(st, 4, v->subjects);
+    return ctl_done(c, st);
+}
+
+/* The facts of a verified manifest: from manifest_facts, or, for one
+ * applied before that table existed, from its statement. */
+static int manifest_facts(ctl *c, const char *manifest, char stage[40],
+                          char box[128], char **subjects)
+{
+    sqlite3_stmt *st = ctl_stmt(c, "SELECT stage, box, subjects FROM "
+                                   "manifest_facts WHERE manifest = ?");
+    json_t *stmt = NULL;
+    int rc;
+
+    *subjects = NULL;
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, manifest);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        col_text(st, 0, stage, 40);
+        col_text(st, 1, box, 128);
+        *subjects = strdup((const char *)sqlite3_column_text(st, 2));
+    } else {
+        rc = lineage_statement(c, manifest, &stmt);
+        if (rc != 0)
+            return rc;
+        statement_facts(stmt, stage, box, subjects);
+        json_decref(stmt);
+    }
+    return *subjects ? 0 : cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+}
+
+/* A manifest's facts against task idx of request, run by worker over
+ * box: the stage and box of its task document, and a subject for every
+ * output the plan says the task writes. Fills why and returns CLAIM_BAD,
+ * or CLAIM_OK; < 0 on ledger errors. */
+static int check_facts(ctl *c, const char *req, int64_t idx, const char *worker,
+                       const cnx_box *box, const char *manifest,
+                       const char *stage, const char *sbox, char *subjects,
+                       char *why, size_t n)
+{
+    char tbox[128] = "";
+    char **urls = NULL;
+    const char **names = NULL;
+    size_t nurls = 0, nnames = 0, missing = 0, first = 0, i;
+    ctl_plan *cp;
+    char *p;
+    int rc, verdict = CLAIM_BAD;
+
+    cnx_box_format(box, tbox, sizeof(tbox));
+    if (strcmp(stage, worker) != 0 || strcmp(sbox, tbox) != 0) {
+        snprintf(why, n,
+                 "succeeded: manifest %s is of stage %s box %s; this task "
+                 "is stage %s box %s",
+                 manifest, stage, sbox, worker, tbox);
+        return CLAIM_BAD;
+    }
+    cp = ctl_plan_get(c, req); /* planned: its tasks are in the ledger */
+    if (cp == NULL)
+        return cnx_error_last()->code == CNX_ENOMEM ? CNX_ENOMEM : CNX_EIO;
+    rc = cnx_plan_task_outputs(cp->plan, (size_t)idx, &urls, &nurls);
+    if (rc != 0) {
+        snprintf(why, n, "succeeded: %s", cnx_error_last()->message);
+        return rc == CNX_ENOMEM ? CNX_ENOMEM : CLAIM_BAD;
+    }
+    /* subjects: sorted names, one per line, split in place */
+    for (i = 0, p = subjects; *p != '\0'; p++)
+        i += *p == '\n';
+    names = calloc(i + 1, sizeof(*names));
+    if (names == NULL) {
+        verdict = cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+        goto done;
+    }
+    for (p = subjects; *p != '\0';) {
+        char *end = strchr(p, '\n');
+        assert(end != NULL);
+        *end = '\0';
+        names[nnames++] = p;
+        p = end + 1;
+    }
+    for (i = 0; i < nurls; i++) {
+        const char *u = urls[i];
+        if (bsearch(&u, names, nnames, sizeof(*names), cmp_name) == NULL &&
+            missing++ == 0)
+            first = i;
+    }
+    if (missing > 0) {
+        snprintf(why, n,
+                 "succeeded: manifest %s does not name %zu of the %zu "
+                 "outputs task %lld (%s box %s) must write, such as %.512s",
+                 manifest, missing, nurls, (long long)idx, worker, tbox,
+                 urls[first]);
+        goto done;
+    }
+    verdict = CLAIM_OK;
+done:
+    for (i = 0; i < nurls; i++)
+        free(urls[i]);
+    free(urls);
+    free(names);
+    return verdict;
+}
+
+/* Check a `succeeded` event's manifest against its task (see above). */
+static int check_succeeded(ctl *c, const char *req, const char *key,
+                           const char *manifest, int *verdict, char *why,
+                           size_t n)
+{
+    lineage_row l;
+    char worker[40], stage[40], sbox[128], *subjects = NULL;
+    sqlite3_stmt *st;
+    cnx_box box;
+    int64_t idx;
+    int rc;
+
+    *verdict = CLAIM_BAD;
+    if (!is_digest(manifest)) {
+        snprintf(why, n,
+                 "succeeded: manifest: required, the sha256:<hex> "
+                 "of its envelope on cnx.lineage");
+        return 0;
+    }
+    rc = lineage_find(c, manifest, &l);
+    if (rc != 0)
+        return rc;
+    if (!l.found) {
+        *verdict = CLAIM_WAIT;
+        return 0;
+    }
+    if (!l.verified) {
+        snprintf(why, n, "succeeded: manifest %s was not verified: %.256s",
+                 manifest, l.error);
+        return 0;
+    }
+    if (strcmp(l.key, key) != 0 || strcmp(l.request, req) != 0) {
+        snprintf(why, n,
+                 "succeeded: manifest %s is of task %s in request "
+                 "%s, not of this task (%s in request %s)",
+                 manifest, l.key, l.request, key, req);
+        return 0;
+    }
+    /* The task must be planned and released to be checked against. */
+    idx = task_by_key(c, req, key);
+    if (idx < 0) {
+        *verdict = CLAIM_WAIT;
+        return 0;
+    }
+    st = ctl_stmt(c, "SELECT s.worker, t.x0, t.y0, t.z0, t.x1, t.y1, t.z1 "
+                     "FROM tasks t JOIN stages s ON s.request = t.request "
+                     "AND s.stage = t.stage WHERE t.request = ? AND t.idx = "
+                     "?");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, req);
+    sqlite3_bind_int64(st, 2, idx);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        *verdict = CLAIM_WAIT;
+        return 0;
+    }
+    col_text(st, 0, worker, sizeof(worker));
+    box =
+        cnx_box_make(sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2),
+                     sqlite3_column_int64(st, 3), sqlite3_column_int64(st, 4),
+                     sqlite3_column_int64(st, 5), sqlite3_column_int64(st, 6));
+    rc = manifest_facts(c, manifest, stage, sbox, &subjects);
+    if (rc == CNX_EIO || rc == CNX_ENOMEM)
+        return rc;
+    if (rc != 0) {
+        snprintf(why, n, "succeeded: manifest %s: %s", manifest,
+                 cnx_error_last()->message);
+        return 0;
+    }
+    rc = check_facts(c, req, idx, worker, &box, manifest, stage, sbox, subjects,
+                     why, n);
+    free(subjects);
+    if (rc < 0)
+        return rc;
+    *verdict = rc;
+    return 0;
+}
+
+/* Check a `reused` decision's manifest: verified, of this task key. */
+static int check_reused(ctl *c, const char *key, const char *manifest,
+                        int *verdict, char *why, size_t n)
+{
+    lineage_row l;
+    int rc;
+
+    *verdict = CLAIM_BAD;
+    if (!is_digest(manifest)) {
+        snprintf(why, n,
+                 "control: reused: manifest: required, the verified "
+                 "manifest of this task key that it reuses");
+        return 0;
+    }
+    rc = lineage_find(c, manifest, &l);
+    if (rc != 0)
+        return rc;
+    if (!l.found)
+        *verdict = CLAIM_WAIT;
+    else if (!l.verified)
+        snprintf(why, n,
+                 "control: reused: manifest %s was not verified: %.256s",
+                 manifest, l.error);
+    else if (strcmp(l.key, key) != 0)
+        snprintf(why, n,
+                 "control: reused: manifest %s is of task %s, not of "
+                 "this task (%s)",
+                 manifest, l.key, key);
+    else
+        *verdict = CLAIM_OK;
+    return 0;
+}
+
+/* Keep a claim that cannot be checked yet. The controller's own decisions
+ * (no position) are not kept: they come back from the log. */
+static int hold(ctl *c, const cnx_message *msg, const char *request,
+                const char *key, const char *manifest)
+{
+    sqlite3_stmt *st;
+    assert(is_digest(manifest)); /* checked before a claim may wait */
+    if (msg->partition < 0)
+        return 0;
+    c->held_again = 1;
+    st = ctl_stmt(c, "INSERT OR IGNORE INTO held(topic, partition, offset, "
+                     "request, task_key, manifest, message) VALUES(?, ?, ?, "
+                     "?, ?, ?, ?)");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, msg->topic);
+    sqlite3_bind_int(st, 2, msg->partition);
+    sqlite3_bind_int64(st, 3, msg->offset);
+    ctl_bind_text(st, 4, request);
+    ctl_bind_text(st, 5, key);
+    ctl_bind_text(st, 6, manifest);
+    sqlite3_bind_text(st, 7, msg->value, (int)strnlen(msg->value, msg->len),
+                      SQLITE_TRANSIENT);
+    return ctl_done(c, st);
+}
+
+typedef struct held_msg {
+    char *topic, *text;
+    int32_t partition;
+    int64_t offset;
+} held_msg;
+
+/* Apply again the held claims a statement (one of the three below)
+ * selects, in log order; each that is now applied or rejected leaves
+ * `held`, one that still cannot be checked stays. */
+static int settle(ctl *c, sqlite3_stmt *st)
+{
+    held_msg *h = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+
+    if (st == NULL)
+        return CNX_EIO;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (n == cap) {
+            size_t grown_cap = cap ? 2 * cap : 8;
+            held_msg *g = realloc(h, grown_cap * sizeof(*g));
+            if (g == NULL) {
+                rc = cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+                break;
+            }
+            h = g;
+            cap = grown_cap;
+        }
+        h[n].topic = strdup((const char *)sqlite3_column_text(st, 0));
+        h[n].partition = sqlite3_column_int(st, 1);
+        h[n].offset = sqlite3_column_int64(st, 2);
+        h[n].text = strdup((const char *)sqlite3_column_text(st, 3));
+        n++;
+        if (h[n - 1].topic == NULL || h[n - 1].text == NULL) {
+            rc = cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+            break;
+        }
+    }
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        cnx_message m;
+        sqlite3_stmt *del;
+        memset(&m, 0, sizeof(m));
+        m.topic = h[i].topic;
+        m.partition = h[i].partition;
+        m.offset = h[i].offset;
+        m.value = h[i].text;
+        m.len = strlen(h[i].text);
+        c->held_again = 0;
+        rc = ctl_apply_verified(c, &m, NULL);
+        if (rc != 0 || c->held_again)
+            continue;
+        del = ctl_stmt(c, "DELETE FROM held WHERE topic = ? AND partition = "
+                          "? AND offset = ?");
+        if (del == NULL) {
+            rc = CNX_EIO;
+            break;
+        }
+        ctl_bind_text(del, 1, h[i].topic);
+        sqlite3_bind_int(del, 2, h[i].partition);
+        sqlite3_bind_int64(del, 3, h[i].offset);
+        rc = ctl_done(c, del);
+    }
+    for (size_t i = 0; i < n; i++) {
+        free(h[i].topic);
+        free(h[i].text);
+    }
+    free(h);
+    return rc;
+}
+
+static int settle_held_by_manifest(ctl *c, const char *manifest)
+{
+    sqlite3_stmt *st = ctl_stmt(c, "SELECT topic, partition, offset, message "
+                                   "FROM held INDEXED BY held_by_manifest "
+                                   "WHERE manifest = ? ORDER BY topic, "
+                                   "partition, offset");
+    if (st != NULL)
+        ctl_bind_text(st, 1, manifest);
+    return settle(c, st);
+}
+
+static int settle_held_by_task(ctl *c, const char *request, const char *key)
+{
+    sqlite3_stmt *st = ctl_stmt(c, "SELECT topic, partition, offset, message "
+                                   "FROM held INDEXED BY held_by_task WHERE "
+                                   "request = ? AND task_key = ? ORDER BY "
+                                   "topic, partition, offset");
+    if (st != NULL) {
+        ctl_bind_text(st, 1, request);
+        ctl_bind_text(st, 2, key);
+    }
+    return settle(c, st);
+}
+
+static int settle_held_by_request(ctl *c, const char *request)
+{
+    sqlite3_stmt *st = ctl_stmt(c, "SELECT topic, partition, offset, message "
+                                   "FROM held INDEXED BY held_by_task WHERE "
+                                   "request = ? ORDER BY topic, partition, "
+                                   "offset");
+    if (st != NULL)
+        ctl_bind_text(st, 1, request);
+    return settle(c, st);
 }
 
 /* ---- dispatch -------------------------------------------------------------- */
@@ -876,10 +1460,10 @@ int ctl_apply_verified(ctl *c, const cnx_message *msg, ctl_verdict *verdict)
                   : cnx_error_set(CNX_ENOMEM, 0, "out of memory");
     } else if (strcmp(msg->topic, CNX_TOPIC_EVENTS) == 0 &&
                strcmp(schema, "cnx.event/1") == 0)
-        rc = apply_event(c, m);
+        rc = apply_event(c, msg, m);
     else if (strcmp(msg->topic, CNX_TOPIC_EVENTS) == 0 &&
              strcmp(schema, CNX_CONTROL_SCHEMA) == 0)
-        rc = apply_control(c, m);
+        rc = apply_control(c, msg, m);
     else
         rc = cnx_error_set(CNX_ESCHEMA, 0, "%s: schema '%.64s' does not "
                            "belong on this topic", msg->topic, schema);
@@ -914,12 +1498,6 @@ static int count_off_dependents(ctl *c, const char *request, int64_t idx)
     }
     free(ids);
     return rc;
-}
-
-static void col_text(sqlite3_stmt *st, int i, char *out, size_t n)
-{
-    const unsigned char *t = sqlite3_column_text(st, i);
-    snprintf(out, n, "%s", t ? (const char *)t : "");
 }
 
 int ctl_touch_task(ctl *c, const char *request, int64_t idx)
@@ -1053,11 +1631,14 @@ int ctl_refresh_task(ctl *c, const char *request, int64_t idx)
         if (strcmp(seen, last_seen) > 0)
             snprintf(last_seen, sizeof(last_seen), "%s", seen);
     }
+    /* A success counts with a verified manifest of this task (the fold
+     * applied it only after checking that; the join says it again). */
     st = ctl_stmt(c, "SELECT a.manifest, a.finished FROM attempts a JOIN "
                      "lineage l ON l.envelope_digest = a.manifest AND "
-                     "l.verified = 1 WHERE a.task_key = ? AND a.request = ? "
-                     "AND a.state = 'succeeded' ORDER BY a.finished, "
-                     "a.manifest LIMIT 1");
+                     "l.verified = 1 AND l.task_key = a.task_key AND "
+                     "l.request = a.request WHERE a.task_key = ? AND "
+                     "a.request = ? AND a.state = 'succeeded' ORDER BY "
+                     "a.finished, a.manifest LIMIT 1");
     if (st == NULL)
         return CNX_EIO;
     ctl_bind_text(st, 1, key);
@@ -1082,8 +1663,28 @@ int ctl_refresh_task(ctl *c, const char *request, int64_t idx)
     }
     if (dead_reason[0] != '\0')
         snprintf(error, sizeof(error), "%s", dead_reason);
+    /* A reuse counts with the verified manifest of this key it names. */
+    if (reused > 0) {
+        reused = 0;
+        st = ctl_stmt(c, "SELECT r.manifest FROM releases r JOIN lineage l "
+                         "ON l.envelope_digest = r.manifest AND l.verified = "
+                         "1 AND l.task_key = r.task_key WHERE r.request = ? "
+                         "AND r.idx = ? AND r.type = 'reused' ORDER BY "
+                         "r.attempt, r.manifest LIMIT 1");
+        if (st == NULL)
+            return CNX_EIO;
+        ctl_bind_text(st, 1, request);
+        sqlite3_bind_int64(st, 2, idx);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            reused = 1;
+            if (manifest[0] == '\0') { /* done by the reuse alone */
+                col_text(st, 0, manifest, sizeof(manifest));
+                snprintf(done_at, sizeof(done_at), "%s", last_seen);
+            }
+        }
+    }
 
-    if (manifest[0] != '\0' || reused > 0)
+    if (manifest[0] != '\0')
         state = "done";
     else if (dead)
         state = "dead";
@@ -1091,8 +1692,6 @@ int ctl_refresh_task(ctl *c, const char *request, int64_t idx)
         state = "released";
     else
         state = "planned";
-    if (reused > 0 && manifest[0] == '\0')
-        snprintf(done_at, sizeof(done_at), "%s", last_seen);
     st = ctl_stmt(c, "UPDATE tasks SET state = ?, task_key = ?, releases = ?, "
                      "last_attempt = ?, lane = ?, last_seen = ?, done_at = ?, "
                      "manifest = ?, reused = ?, error = ? WHERE request = ? "

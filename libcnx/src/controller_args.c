@@ -9,8 +9,10 @@
 
 #include "cnx/cli.h"
 #include "cnx/controller.h"
+#include "cnx/error.h"
 #include "cnx/lineage.h"
 #include "cnx/log.h"
+#include "cnx/url.h"
 
 static int usage_error(const char *what, const char *arg)
 {
@@ -34,7 +36,8 @@ static void help(void)
         "reports each request's end honestly (done, failed, never run).\n"
         "Every decision is published to the log before it is applied, so\n"
         "the ledger can be rebuilt from the topics and a restarted\n"
-        "controller repeats nothing. See docs/controller.md, docs/ledger.md.\n\n"
+        "controller repeats nothing. See docs/controller.md, "
+        "docs/ledger.md.\n\n"
         "options:\n"
         "  --brokers LIST              Kafka bootstrap servers\n"
         "  --kafka-config FILE         extra librdkafka settings (TLS, SASL)\n"
@@ -50,6 +53,17 @@ static void help(void)
         "                              of its deadline (default 0.1)\n"
         "  --batch N                   messages per ledger transaction "
         "(1000)\n"
+        "  --dataset-root URL          accept only requests whose dataset\n"
+        "                              lies under URL (a store URL or a\n"
+        "                              path; repeatable, up to 16); none:\n"
+        "                              any file://, s3:// or gs:// dataset\n"
+        "  --max-tasks-per-request N   refuse a request that plans more\n"
+        "                              tasks (default 1000000)\n"
+        "  --release-lease SECONDS     a released task with no event this\n"
+        "                              long after its release, while no\n"
+        "                              task of its worker started either,\n"
+        "                              is lost and released again (default\n"
+        "                              3600; 0: only started tasks expire)\n"
         "  --metrics-port PORT         serve Prometheus metrics\n"
         "  --idle-exit SECONDS         exit after SECONDS with no message\n"
         "  -q, --quiet                 warnings and errors only\n"
@@ -64,8 +78,22 @@ int cnx_controller_parse_args(cnx_controller_opts *opts, int argc,
                               char **argv)
 {
     enum {
-        O_BROKERS = 256, O_KCONF, O_LEDGER, O_TRUST, O_REBUILD, O_PRICE,
-        O_PROGRESS, O_MARGIN, O_BATCH, O_METRICS, O_IDLE, O_HELP, O_VERSION
+        O_BROKERS = 256,
+        O_KCONF,
+        O_LEDGER,
+        O_TRUST,
+        O_REBUILD,
+        O_PRICE,
+        O_PROGRESS,
+        O_MARGIN,
+        O_BATCH,
+        O_METRICS,
+        O_IDLE,
+        O_HELP,
+        O_VERSION,
+        O_ROOT,
+        O_MAX_TASKS,
+        O_RELEASE_LEASE
     };
     static const struct option longopts[] = {
         {"brokers", required_argument, NULL, O_BROKERS},
@@ -79,6 +107,9 @@ int cnx_controller_parse_args(cnx_controller_opts *opts, int argc,
         {"batch", required_argument, NULL, O_BATCH},
         {"metrics-port", required_argument, NULL, O_METRICS},
         {"idle-exit", required_argument, NULL, O_IDLE},
+        {"dataset-root", required_argument, NULL, O_ROOT},
+        {"max-tasks-per-request", required_argument, NULL, O_MAX_TASKS},
+        {"release-lease", required_argument, NULL, O_RELEASE_LEASE},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
@@ -91,6 +122,8 @@ int cnx_controller_parse_args(cnx_controller_opts *opts, int argc,
     opts->progress_s = 1;
     opts->at_risk_margin = 0.1;
     opts->batch = 1000;
+    opts->max_tasks = CNX_CONTROLLER_MAX_TASKS;
+    opts->release_lease_s = CNX_CONTROLLER_RELEASE_LEASE;
     opts->kafka.client_id = "cnx-controller";
     opterr = 0;
     optind = 1;
@@ -126,6 +159,31 @@ int cnx_controller_parse_args(cnx_controller_opts *opts, int argc,
         case O_IDLE:
             if (cnx_cli_double(optarg, 0.1, 86400 * 365, &opts->idle_exit_s))
                 return usage_error("bad --idle-exit", optarg);
+            break;
+        case O_ROOT: {
+            cnx_url url;
+            if (opts->ndataset_roots == CNX_CONTROLLER_MAX_ROOTS)
+                return usage_error("too many --dataset-root", optarg);
+            if (cnx_url_parse(&url, optarg, CNX_URL_ALLOW_PATH) != 0) {
+                fprintf(stderr, "cnx-controller: --dataset-root: %s\n",
+                        cnx_error_last()->message);
+                return 2;
+            }
+            if (!cnx_url_writable(url.scheme))
+                return usage_error("--dataset-root: the controller cannot "
+                                   "write this scheme",
+                                   optarg);
+            opts->dataset_roots[opts->ndataset_roots++] = optarg;
+            break;
+        }
+        case O_MAX_TASKS:
+            if (cnx_cli_int(optarg, 1, UINT32_MAX, &n))
+                return usage_error("bad --max-tasks-per-request", optarg);
+            opts->max_tasks = (size_t)n;
+            break;
+        case O_RELEASE_LEASE:
+            if (cnx_cli_double(optarg, 0, 86400 * 30, &opts->release_lease_s))
+                return usage_error("bad --release-lease", optarg);
             break;
         case 'q': opts->quiet = 1; break;
         case O_HELP: help(); return 1;

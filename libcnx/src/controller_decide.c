@@ -18,6 +18,7 @@
 #include "cnx/log.h"
 #include "cnx/store.h"
 #include "cnx/task.h"
+#include "cnx/url.h"
 #include "json_int.h"
 
 #define RELEASES_PER_ROUND 256
@@ -158,6 +159,50 @@ static int refuse(ctl *c, const char *request, const char *why)
     return decide(c, CNX_TOPIC_REQUESTS, request, doc);
 }
 
+/* Can the controller write into dataset, and is it under a root? (The
+ * fold already refused non-canonical URLs, ".." and relative paths.)
+ * 1 with why filled in if not. */
+static int dataset_refused(ctl *c, const char *dataset, char *why, size_t n)
+{
+    cnx_url *url = malloc(sizeof(*url));
+    int refused = 0;
+    if (url == NULL) {
+        snprintf(why, n, "out of memory");
+        return 1;
+    }
+    if (cnx_url_parse(url, dataset, 0) != 0) {
+        snprintf(why, n, "%s", cnx_error_last()->message);
+        refused = 1;
+    } else if (!cnx_url_writable(url->scheme)) {
+        snprintf(why, n,
+                 "dataset %.1024s: the controller cannot write "
+                 "%s:// stores (it writes the outputs' info into the "
+                 "dataset); use file://, s3:// or gs://",
+                 dataset, cnx_url_scheme_name(url->scheme));
+        refused = 1;
+    } else if (c->nroots > 0) {
+        size_t i, len;
+        for (i = 0; i < c->nroots; i++)
+            if (cnx_url_under(c->roots[i], url->canonical, NULL))
+                break;
+        if (i == c->nroots) {
+            snprintf(why, n,
+                     "dataset %.1024s is not under a dataset root "
+                     "of this controller (--dataset-root:",
+                     dataset);
+            for (i = 0; i < c->nroots; i++) {
+                len = strlen(why);
+                snprintf(why + len, n - len, " %.512s", c->roots[i]);
+            }
+            len = strlen(why);
+            snprintf(why + len, n - len, ")");
+            refused = 1;
+        }
+    }
+    free(url);
+    return refused;
+}
+
 static int accept_request(ctl *c, const char *request, const char *wjson,
                           const char *dataset, const char *roi_json,
                           const char *deadline)
@@ -173,6 +218,9 @@ static int accept_request(ctl *c, const char *request, const char *wjson,
     cnx_box box;
     int rc;
 
+    /* Before anything is read or written under it. */
+    if (dataset_refused(c, dataset, why, sizeof(why)))
+        return refuse(c, request, why);
     rc = cnx_workflow_parse(&wf, wjson, strlen(wjson));
     if (rc == 0)
         rc = cnx__json_parse(&roi, roi_json, strlen(roi_json), CNX_ESCHEMA,
@@ -187,7 +235,16 @@ static int accept_request(ctl *c, const char *request, const char *wjson,
         rc = cnx_plan_read_externals(&ext, &next, wf, dataset);
     if (rc == 0) {
         box = cnx_box_make(lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]);
-        rc = cnx_plan_new_with(&plan, wf, dataset, &box, ext, next);
+        /* Counted before cut: a request over the cap costs no memory. */
+        rc = cnx_plan_new_capped(&plan, wf, dataset, &box, ext, next,
+                                 c->o->max_tasks > 0 ? c->o->max_tasks
+                                                     : SIZE_MAX);
+    }
+    if (rc == CNX_ETOOBIG) {
+        snprintf(why, sizeof(why), "%s (--max-tasks-per-request)",
+                 cnx_error_last()->message);
+        rc = refuse(c, request, why);
+        goto done;
     }
     if (rc != 0) {
         if (cnx_error_last()->retriable) {
@@ -442,22 +499,25 @@ static int release(ctl *c, const char *request, const char *deadline,
                                   attempt, "bulk", why));
     }
     if (reuse) {
-        sqlite3_stmt *st = ctl_stmt(c, "SELECT 1 FROM tasks WHERE task_key "
-                                       "= ? AND request != ? AND state = "
-                                       "'done' LIMIT 1");
-        int done_before;
+        /* The decision names the verified manifest it reuses: the fold
+         * accepts a `reused` only with one of this task key. */
+        sqlite3_stmt *st = ctl_stmt(c, "SELECT manifest FROM tasks WHERE "
+                                       "task_key = ? AND request != ? AND "
+                                       "state = 'done' AND manifest IS NOT "
+                                       "NULL ORDER BY done_at, request "
+                                       "LIMIT 1");
         if (st == NULL) {
             rc = CNX_EIO;
             goto done;
         }
         ctl_bind_text(st, 1, task->key);
         ctl_bind_text(st, 2, request);
-        done_before = sqlite3_step(st) == SQLITE_ROW;
-        if (done_before) {
-            rc = decide(c, CNX_TOPIC_EVENTS, task->key,
-                        control_doc("reused", request, ws->name, idx,
-                                    task->key, 0, "bulk",
-                                    "--reuse: task key done before"));
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            json_t *doc =
+                control_doc("reused", request, ws->name, idx, task->key, 0,
+                            "bulk", "--reuse: task key done before");
+            json_object_set_new(doc, "manifest", json_string(col(st, 0)));
+            rc = decide(c, CNX_TOPIC_EVENTS, task->key, doc);
             goto done;
         }
     }
@@ -513,8 +573,33 @@ static int release_ready(ctl *c, const char *request, const char *deadline,
     return rc == 0 ? commit_pending(c) : rc;
 }
 
-/* Tasks with an attempt that started and went silent past the stage's
- * lease (a task still waiting in its topic is queued, not lost). */
+/* Has a task of worker started since `since` (a queue that moves)? */
+static int worker_started_since(ctl *c, const char *worker, double since)
+{
+    char text[32];
+    sqlite3_stmt *st = ctl_stmt(c, "SELECT 1 FROM attempts INDEXED BY "
+                                   "attempts_by_stage WHERE stage = ? AND "
+                                   "started >= ? LIMIT 1");
+    if (st == NULL)
+        return -1;
+    cnx_rfc3339_format(since, text);
+    ctl_bind_text(st, 1, worker);
+    ctl_bind_text(st, 2, text);
+    return sqlite3_step(st) == SQLITE_ROW;
+}
+
+/*
+ * Lost tasks. Every released task has a lease, measured from the last
+ * thing heard of it (its release, or its last attempt event):
+ *   - an attempt that started and went silent past the stage's lease_s;
+ *   - a release never started (its message lost: a broker that came back
+ *     empty) past --release-lease, provided no task of the same worker
+ *     started meanwhile either: while the queue moves, a task still
+ *     waiting in it is queued behind others, not lost.
+ * Each waits a backoff that doubles with every release on top. A lost
+ * task is released again as the next attempt, or, past its budget, given
+ * up (dead_lettered).
+ */
 static int check_leases(ctl *c, const char *request, const char *deadline,
                         int urgent)
 {
@@ -522,41 +607,78 @@ static int check_leases(ctl *c, const char *request, const char *deadline,
         int64_t idx, last_attempt, releases, budget;
         char key[CNX_DIGEST_LEN + 8], stage[40];
         double silent;
+        int started;
     } lost_t;
     lost_t lost[64];
     int n = 0, rc = 0;
-    double now = ctl_wall();
-    sqlite3_stmt *st = ctl_stmt(
-        c, "SELECT t.idx, t.last_seen, t.last_attempt, t.releases, "
-           "s.lease_s, s.retry_budget, t.task_key, t.stage FROM tasks t JOIN "
-           "stages s ON s.request = t.request AND s.stage = t.stage WHERE "
-           "t.request = ? AND t.state = 'released' AND EXISTS (SELECT 1 "
-           "FROM attempts a WHERE a.task_key = t.task_key AND a.request = "
-           "t.request AND a.state = 'started')");
+    double now = ctl_wall(), shortest = c->o->release_lease_s;
+    char cutoff[32];
+    sqlite3_stmt *st;
+
+    /* Only tasks silent longer than the shortest lease are looked at
+     * (RFC 3339 times compare as text, to within a second). */
+    st = ctl_stmt(c, "SELECT min(lease_s) FROM stages WHERE request = ?");
     if (st == NULL)
         return CNX_EIO;
     ctl_bind_text(st, 1, request);
+    if (sqlite3_step(st) == SQLITE_ROW &&
+        sqlite3_column_type(st, 0) != SQLITE_NULL &&
+        (shortest <= 0 || sqlite3_column_double(st, 0) < shortest))
+        shortest = sqlite3_column_double(st, 0);
+    cnx_rfc3339_format(now - shortest + 1, cutoff);
+    st = ctl_stmt(
+        c, "SELECT t.idx, t.last_seen, t.last_attempt, t.releases, "
+           "s.lease_s, s.retry_budget, t.task_key, t.stage, s.worker, "
+           "EXISTS (SELECT 1 FROM attempts a WHERE a.task_key = t.task_key "
+           "AND a.request = t.request AND a.state = 'started') FROM tasks t "
+           "JOIN stages s ON s.request = t.request AND s.stage = t.stage "
+           "WHERE t.request = ? AND t.state = 'released' AND t.last_seen < ? "
+           "ORDER BY t.idx");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, request);
+    ctl_bind_text(st, 2, cutoff);
     while (n < 64 && sqlite3_step(st) == SQLITE_ROW) {
         double seen = parse_time(col(st, 1));
-        double lease = sqlite3_column_double(st, 4);
+        int started = sqlite3_column_int(st, 9);
+        double lease =
+            started ? sqlite3_column_double(st, 4) : c->o->release_lease_s;
         int64_t releases = sqlite3_column_int64(st, 3);
         /* Backoff: each re-release waits twice as long again. */
         double backoff = ldexp(1.0, (int)(releases < 10 ? releases : 10) - 1);
-        if (isnan(seen) || now - seen <= lease + backoff)
+        if (isnan(seen) || (!started && lease <= 0) ||
+            now - seen <= lease + backoff)
             continue;
         lost[n].idx = sqlite3_column_int64(st, 0);
         lost[n].last_attempt = sqlite3_column_int64(st, 2);
         lost[n].releases = releases;
         lost[n].budget = sqlite3_column_int64(st, 5);
         lost[n].silent = now - seen;
+        lost[n].started = started;
         snprintf(lost[n].key, sizeof(lost[n].key), "%s", col(st, 6));
         snprintf(lost[n].stage, sizeof(lost[n].stage), "%s", col(st, 7));
+        if (!started) {
+            int moving = worker_started_since(c, col(st, 8),
+                                              now - c->o->release_lease_s);
+            if (moving < 0)
+                return CNX_EIO;
+            if (moving)
+                continue; /* queued behind tasks that do run */
+        }
         n++;
     }
     for (int i = 0; i < n && rc == 0; i++) {
         char why[256];
-        snprintf(why, sizeof(why), "lost: no event for %.0f s after attempt "
-                 "%lld", lost[i].silent, (long long)lost[i].last_attempt);
+        if (lost[i].started)
+            snprintf(why, sizeof(why),
+                     "lost: no event for %.0f s after "
+                     "attempt %lld",
+                     lost[i].silent, (long long)lost[i].last_attempt);
+        else
+            snprintf(why, sizeof(why),
+                     "lost: not started %.0f s after "
+                     "the release of attempt %lld",
+                     lost[i].silent, (long long)lost[i].last_attempt);
         if (lost[i].last_attempt < 1 + lost[i].budget) {
             CNX_WARN("controller", "task %s of %s: %s; releasing it again",
                      lost[i].key, request, why);

@@ -59,6 +59,8 @@ typedef struct ctl {
         const char *sql;
         sqlite3_stmt *st;
     } stmts[CTL_MAX_STMTS];
+    char **roots; /* --dataset-root, canonical */
+    size_t nroots;
     cnx_key **trusted;
     char **trusted_names;
     size_t ntrusted;
@@ -74,6 +76,7 @@ typedef struct ctl {
     size_t npending, cap_pending;
     int live;          /* caught up: decisions allowed */
     int dirty;         /* applied something since the last decision round */
+    int held_again;    /* the claim just applied went (back) to `held` */
     double last_progress;
     int64_t applied;   /* messages applied */
     pthread_mutex_t mlock;
@@ -106,6 +109,10 @@ struct ctl_verdict {
     char error[512];               /* why not verified */
     json_t *stmt;                  /* the statement (verified only) */
     const char *key, *request, *stage, *invocation; /* borrowed from stmt */
+    /* What a `succeeded` naming it is checked against (verified only):
+     * the stage and box of its task document, its subjects' names. */
+    char task_stage[40], task_box[128];
+    char *subjects; /* sorted, one per line; owned */
 };
 
 /* Check a cnx.lineage message against the trusted keys (thread-safe). */

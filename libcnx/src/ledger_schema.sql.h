@@ -8,7 +8,19 @@
 #ifndef CNX_LEDGER_SCHEMA_SQL_H
 #define CNX_LEDGER_SCHEMA_SQL_H
 
+/*
+ * Versions. `meta.schema` is the version readers check (cnx-verify reads
+ * schema 1): it changes only when a change breaks them. `meta.revision`
+ * counts additive changes within it (tables, indexes, nullable columns);
+ * the controller brings an older file up to its revision when it opens it
+ * (ledger_migrate_sql, one step per revision) and refuses a newer one.
+ *   revision 1: the first schema (no `revision` row).
+ *   revision 2: releases.manifest (what a `reused` decision reuses), the
+ *               `held` and `manifest_facts` tables, the attempts_by_stage
+ *               index.
+ */
 #define CNX_LEDGER_SCHEMA_VERSION 1
+#define CNX_LEDGER_SCHEMA_REVISION 2
 
 static const char ledger_schema_sql[] =
     "CREATE TABLE IF NOT EXISTS meta(\n"
@@ -65,7 +77,7 @@ static const char ledger_schema_sql[] =
     "  request TEXT NOT NULL, idx INTEGER NOT NULL,\n"
     "  attempt INTEGER NOT NULL, type TEXT NOT NULL,\n"
     "  task_key TEXT NOT NULL, lane TEXT NOT NULL, time TEXT NOT NULL,\n"
-    "  reason TEXT NOT NULL,\n"
+    "  reason TEXT NOT NULL, manifest TEXT,\n"
     "  PRIMARY KEY(request, idx, attempt, type)) WITHOUT ROWID;\n"
     "CREATE INDEX IF NOT EXISTS releases_by_key ON releases(task_key,\n"
     "  request, idx);\n"
@@ -80,6 +92,19 @@ static const char ledger_schema_sql[] =
     "  error_code TEXT, error TEXT, retriable INTEGER,\n"
     "  PRIMARY KEY(task_key, request, attempt, worker)) WITHOUT ROWID;\n"
     "CREATE INDEX IF NOT EXISTS attempts_by_manifest ON attempts(manifest);\n"
+    "CREATE INDEX IF NOT EXISTS attempts_by_stage ON attempts(stage,\n"
+    "  started);\n"
+    "CREATE TABLE IF NOT EXISTS held(\n"
+    "  topic TEXT NOT NULL, partition INTEGER NOT NULL,\n"
+    "  offset INTEGER NOT NULL, request TEXT NOT NULL,\n"
+    "  task_key TEXT NOT NULL, manifest TEXT NOT NULL,\n"
+    "  message TEXT NOT NULL,\n"
+    "  PRIMARY KEY(topic, partition, offset)) WITHOUT ROWID;\n"
+    "CREATE INDEX IF NOT EXISTS held_by_manifest ON held(manifest);\n"
+    "CREATE INDEX IF NOT EXISTS held_by_task ON held(request, task_key);\n"
+    "CREATE TABLE IF NOT EXISTS manifest_facts(\n"
+    "  manifest TEXT PRIMARY KEY, stage TEXT NOT NULL, box TEXT NOT NULL,\n"
+    "  subjects TEXT NOT NULL) WITHOUT ROWID;\n"
     "CREATE TABLE IF NOT EXISTS lineage(\n"
     "  partition INTEGER NOT NULL, offset INTEGER NOT NULL,\n"
     "  envelope_digest TEXT NOT NULL, task_key TEXT, request TEXT,\n"
@@ -126,5 +151,22 @@ static const char ledger_schema_sql[] =
     "  LEFT JOIN attempts a ON a.task_key = t.task_key\n"
     "    AND a.request = t.request AND a.state = 'succeeded'\n"
     "  GROUP BY s.request, s.stage;\n";
+
+/*
+ * Migrations: ledger_migrate_sql[r] brings revision r to r + 1, run in
+ * one transaction after ledger_schema_sql (which has already created the
+ * new tables and indexes). Revision 1 -> 2: a `reused` decision now names
+ * the manifest it reuses; rows applied before take the manifest of the
+ * task of another request that was done under the same key.
+ */
+__attribute__((unused))
+static const char *const ledger_migrate_sql[CNX_LEDGER_SCHEMA_REVISION] = {
+    NULL,
+    "ALTER TABLE releases ADD COLUMN manifest TEXT;\n"
+    "UPDATE releases SET manifest = (SELECT t.manifest FROM tasks t\n"
+    "  WHERE t.task_key = releases.task_key AND t.request != releases.request\n"
+    "  AND t.state = 'done' AND t.manifest IS NOT NULL\n"
+    "  ORDER BY t.done_at, t.request LIMIT 1) WHERE type = 'reused';\n",
+};
 
 #endif

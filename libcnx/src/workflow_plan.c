@@ -891,6 +891,90 @@ static int set_axes(cnx_plan *p, size_t s, const cnx_box *boxes, size_t n)
     return 0;
 }
 
+/* A map stage's task size: the workflow's, rounded to whole input chunks
+ * (at least one); a reduce stage's single task is its whole region. */
+static void set_task_size(cnx_plan *p, size_t s)
+{
+    cnx_plan_stage *ps = &p->stages[s];
+    const cnx_wf_stage *ws = &p->wf->stages[s];
+    if (ws->kind == CNX_WF_REDUCE) {
+        cnx_box_size(&ps->region, ps->task_size);
+        return;
+    }
+    for (int i = 0; i < 3; i++) {
+        int64_t want = ws->task_size[i];
+        int64_t c = ps->in_scale.chunk[i];
+        ps->task_size[i] = want < c ? c : (want / c) * c;
+    }
+}
+
+/*
+ * How many boxes cnx_boxgen cuts from region with task_size on grid,
+ * without cutting them (saturating at SIZE_MAX): cells are aligned to the
+ * grid origin, so per axis they are the step-sized runs of chunk indices
+ * that meet the region's chunk range, and no cell is empty. 0 when the
+ * region misses the grid or the grid or task size is bad (cut() reports
+ * those).
+ */
+static size_t count_boxes(const cnx_grid *grid, const cnx_box *region,
+                          const int64_t task_size[3])
+{
+    int64_t first[3], hi[3];
+    size_t n = 1;
+    if (cnx_grid_check(grid) != 0)
+        return 0;
+    cnx_grid_chunk_range(grid, region, first, hi);
+    for (int i = 0; i < 3; i++) {
+        int64_t step, lo, k;
+        if (hi[i] <= first[i] || task_size[i] <= 0 ||
+            task_size[i] % grid->chunk[i] != 0)
+            return 0;
+        step = task_size[i] / grid->chunk[i];
+        lo = cnx_floordiv(first[i], step) * step;
+        k = cnx_ceildiv(hi[i] - lo, step);
+        assert(k > 0);
+        if (n > SIZE_MAX / (size_t)k)
+            return SIZE_MAX;
+        n *= (size_t)k;
+    }
+    return n;
+}
+
+/* The number of tasks of stage s, once its region is known. */
+static size_t stage_count(cnx_plan *p, size_t s)
+{
+    cnx_plan_stage *ps = &p->stages[s];
+    cnx_grid grid = scale_grid(&ps->in_scale);
+    set_task_size(p, s);
+    if (p->wf->stages[s].kind == CNX_WF_REDUCE)
+        return 1;
+    return count_boxes(&grid, &ps->region, ps->task_size);
+}
+
+/* Refuse a plan of more than max_tasks tasks, before any is cut. */
+static int check_cap(cnx_plan *p, size_t max_tasks)
+{
+    size_t total = 0, counts[CNX_WF_MAX_STAGES];
+    char detail[1024] = "";
+    assert(p->nstages <= CNX_WF_MAX_STAGES);
+    for (size_t s = 0; s < p->nstages; s++) {
+        counts[s] = stage_count(p, s);
+        total = counts[s] > SIZE_MAX - total ? SIZE_MAX : total + counts[s];
+    }
+    if (total <= max_tasks)
+        return 0;
+    for (size_t s = 0; s < p->nstages; s++) {
+        size_t len = strlen(detail);
+        snprintf(detail + len, sizeof(detail) - len, "%s%s %zu",
+                 s == 0 ? "" : ", ", p->wf->stages[s].name, counts[s]);
+    }
+    return cnx_error_set(CNX_ETOOBIG, 0,
+                         "workflow %s: the region needs %s%zu tasks (%s), "
+                         "more than the cap of %zu tasks per request",
+                         p->wf->name, total == SIZE_MAX ? "over " : "", total,
+                         detail, max_tasks);
+}
+
 /* Cut every stage's region into tasks. */
 static int cut(cnx_plan *p)
 {
@@ -907,6 +991,7 @@ static int cut(cnx_plan *p)
     for (size_t s = 0; s < wf->nstages; s++) {
         cnx_plan_stage *ps = &p->stages[s];
         cnx_grid grid = scale_grid(&ps->in_scale);
+        set_task_size(p, s);
         if (wf->stages[s].kind == CNX_WF_REDUCE) {
             boxes[s] = malloc(sizeof(cnx_box));
             if (boxes[s] == NULL) {
@@ -915,17 +1000,13 @@ static int cut(cnx_plan *p)
             }
             boxes[s][0] = ps->region;
             counts[s] = 1;
-            cnx_box_size(&ps->region, ps->task_size);
         } else {
-            for (int i = 0; i < 3; i++) {
-                int64_t want = wf->stages[s].task_size[i];
-                int64_t c = grid.chunk[i];
-                ps->task_size[i] = want < c ? c : (want / c) * c;
-            }
             rc = cnx_boxgen(&boxes[s], &counts[s], &grid, &ps->region,
                             ps->task_size);
             if (rc != 0)
                 goto done;
+            /* check_cap counted the same boxes without cutting them. */
+            assert(counts[s] == count_boxes(&grid, &ps->region, ps->task_size));
         }
         ps->first = total;
         ps->count = counts[s];
@@ -1165,6 +1246,14 @@ int cnx_plan_new_with(cnx_plan **out, const cnx_workflow *wf,
                       const char *dataset, const cnx_box *roi,
                       const cnx_plan_external *ext, size_t next)
 {
+    return cnx_plan_new_capped(out, wf, dataset, roi, ext, next, SIZE_MAX);
+}
+
+int cnx_plan_new_capped(cnx_plan **out, const cnx_workflow *wf,
+                        const char *dataset, const cnx_box *roi,
+                        const cnx_plan_external *ext, size_t next,
+                        size_t max_tasks)
+{
     cnx_plan *p;
     size_t want = cnx_plan_externals(wf, NULL, 0);
     int rc;
@@ -1221,6 +1310,8 @@ int cnx_plan_new_with(cnx_plan **out, const cnx_workflow *wf,
         p->roi = scale_bounds(&p->stages[0].in_scale);
     }
     rc = widen(p);
+    if (rc == 0)
+        rc = check_cap(p, max_tasks);
     if (rc == 0)
         rc = cut(p);
     if (rc != 0)
@@ -1414,6 +1505,109 @@ done:
     json_decref(inputs);
     json_decref(params);
     return rc;
+}
+
+/* ---- what a task writes -------------------------------------------------- */
+
+static int cmp_url(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int cnx_plan_task_outputs(const cnx_plan *p, size_t t, char ***urls, size_t *n)
+{
+    const cnx_workflow *wf = p->wf;
+    const cnx_plan_task *task;
+    const cnx_plan_stage *ps;
+    const char *dirs[CNX_WF_MAX_STAGES * CNX_WF_MAX_INPUTS + 1];
+    size_t ndirs = 0, count = 1, k = 0;
+    int64_t lo[3], hi[3], g[3];
+    cnx_layer_info info;
+    cnx_grid grid;
+    char **out;
+
+    assert(t < p->ntasks);
+    *urls = NULL;
+    *n = 0;
+    task = &p->tasks[t];
+    ps = &p->stages[task->stage];
+    /* What is written per chunk: the chunk itself (a stage without a
+     * part), and each side-object directory a later stage reads. */
+    if (wf->stages[task->stage].output_part[0] == '\0')
+        dirs[ndirs++] = "";
+    for (size_t d = task->stage + 1; d < wf->nstages; d++) {
+        for (size_t i = 0; i < wf->stages[d].ninputs; i++) {
+            const cnx_wf_input *in = &wf->stages[d].inputs[i];
+            size_t j;
+            if (in->stage != (int)task->stage || in->objects[0] == '\0')
+                continue;
+            for (j = 0; j < ndirs && strcmp(dirs[j], in->objects) != 0; j++)
+                ;
+            if (j == ndirs)
+                dirs[ndirs++] = in->objects;
+        }
+    }
+    if (ndirs == 0)
+        return 0;
+    grid = scale_grid(&ps->out_scale);
+    cnx_grid_chunk_range(&grid, &task->write, lo, hi);
+    for (int i = 0; i < 3; i++) {
+        if (hi[i] <= lo[i])
+            return 0;
+        count *= (size_t)(hi[i] - lo[i]);
+        if (count > CNX_TASK_MAX_OBJECTS)
+            break;
+    }
+    if (count > CNX_TASK_MAX_OBJECTS / ndirs)
+        return cnx_error_set(CNX_ETOOBIG, 0,
+                             "workflow %s: stage %s: task %zu writes more "
+                             "than %d objects",
+                             wf->name, wf->stages[task->stage].name, t,
+                             CNX_TASK_MAX_OBJECTS);
+    count *= ndirs;
+    out = calloc(count, sizeof(*out));
+    if (out == NULL)
+        return nomem();
+    memset(&info, 0, sizeof(info));
+    info.nscales = 1;
+    info.scales[0] = ps->out_scale;
+    for (g[2] = lo[2]; g[2] < hi[2]; g[2]++) {
+        for (g[1] = lo[1]; g[1] < hi[1]; g[1]++) {
+            for (g[0] = lo[0]; g[0] < hi[0]; g[0]++) {
+                cnx_box cb = cnx_grid_chunk_box(&grid, g);
+                for (size_t j = 0; j < ndirs; j++) {
+                    char name[512];
+                    size_t len;
+                    int rc =
+                        dirs[j][0] == '\0'
+                            ? cnx_layer_chunk_name(&info, 0, &cb, name,
+                                                   sizeof(name))
+                            : cnx_side_object_name(dirs[j], ps->out_scale.key,
+                                                   &cb, name, sizeof(name));
+                    if (rc == 0) {
+                        len = strlen(ps->out_layer) + strlen(name) + 2;
+                        out[k] = malloc(len);
+                        if (out[k] == NULL)
+                            rc = nomem();
+                        else
+                            snprintf(out[k++], len, "%s/%s", ps->out_layer,
+                                     name);
+                    }
+                    if (rc != 0) {
+                        while (k > 0)
+                            free(out[--k]);
+                        free(out);
+                        return rc;
+                    }
+                }
+            }
+        }
+    }
+    assert(k == count);
+    qsort(out, count, sizeof(*out), cmp_url);
+    *urls = out;
+    *n = count;
+    return 0;
 }
 
 /* ---- output layers ------------------------------------------------------- */

@@ -27,6 +27,10 @@ extern "C" {
 #define CNX_REQUEST_STATE_SCHEMA "cnx.request-state/1"
 #define CNX_CONTROL_SCHEMA "cnx.control/1"
 
+#define CNX_CONTROLLER_MAX_ROOTS 16       /* --dataset-root given at most */
+#define CNX_CONTROLLER_MAX_TASKS 1000000  /* --max-tasks-per-request default */
+#define CNX_CONTROLLER_RELEASE_LEASE 3600 /* --release-lease default, s */
+
 typedef struct cnx_controller_opts {
     cnx_kafka_opts kafka;
     const char *ledger;     /* SQLite file */
@@ -38,6 +42,14 @@ typedef struct cnx_controller_opts {
     int metrics_port;       /* 0: none */
     double idle_exit_s;     /* exit 0 after idle this long (0: never) */
     int batch;              /* messages applied per transaction, 1000 */
+    /* Datasets a request may name: each a URL cnx_url_parse accepts (a
+     * plain path too), borrowed. A request whose dataset is not under one
+     * of them (component-wise) is refused; none given: any dataset. */
+    const char *dataset_roots[CNX_CONTROLLER_MAX_ROOTS];
+    size_t ndataset_roots;
+    size_t max_tasks;       /* tasks per request (refused above); 0: none */
+    double release_lease_s; /* a released task not heard of this long
+                             * after its release is lost (0: never) */
     int quiet;
 } cnx_controller_opts;
 

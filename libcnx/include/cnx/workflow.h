@@ -237,8 +237,36 @@ int cnx_plan_new_with(cnx_plan **out, const cnx_workflow *wf,
                       const char *dataset, const cnx_box *roi,
                       const cnx_plan_external *ext, size_t next);
 
+/**
+ * Like cnx_plan_new_with, but refuse a plan of more than max_tasks tasks
+ * before cutting any: the number of tasks of every stage follows from its
+ * widened region, its chunk grid and its task size, so it is computed
+ * first and planning memory never grows past what max_tasks allows.
+ * cnx_plan_new_with is this with max_tasks = SIZE_MAX.
+ * @return as cnx_plan_new_with; CNX_ETOOBIG with a one-line message giving
+ *         the number of tasks (per stage too) and the cap.
+ */
+int cnx_plan_new_capped(cnx_plan **out, const cnx_workflow *wf,
+                        const char *dataset, const cnx_box *roi,
+                        const cnx_plan_external *ext, size_t next,
+                        size_t max_tasks);
+
 /** Free a plan. Accepts NULL. */
 void cnx_plan_free(cnx_plan *plan);
+
+/**
+ * The objects task t must write, as its manifest names them ("<output
+ * layer URL>/<object>"), in ascending byte order: for a stage that writes
+ * its output scale's chunks (no output part), every chunk of that scale its
+ * write box meets; for every stage, the side objects that later stages
+ * read from it ("<layer URL>/<dir>/<scale>/<chunk>") over the same chunks.
+ * What else a stage writes (mesh files, properties) is its kernel's choice
+ * and not listed.
+ * @param[out] urls  caller frees each string and the array with free()
+ *                   (NULL when *n is 0)
+ * @return 0; CNX_ETOOBIG past CNX_TASK_MAX_OBJECTS objects; CNX_ENOMEM.
+ */
+int cnx_plan_task_outputs(const cnx_plan *p, size_t t, char ***urls, size_t *n);
 
 /**
  * The tasks task t waits for, ascending. For an input produced by stage S

@@ -1510,6 +1510,129 @@ static void test_workflow__tileset_input_refusals(void **state)
         fail_msg("%s", msg);
 }
 
+/* The cap on tasks per request is checked on counts worked out from the
+ * stages' regions before any task is cut (issue 13: a 16.7 M-task request
+ * was planned in full, in 4.5 GB, before anything said no). */
+static void test_workflow__task_cap_refuses_before_cutting(void **state)
+{
+    /* 2^26 voxels a side at 8 nm, chunks of 64: ds1 cuts 2^19 tasks of
+     * 128 a side per axis (2^57), ds2 2^18 per axis (2^54). The boxes
+     * alone would take 7 EB, so the refusal cannot have cut them. */
+    const int64_t huge[3] = {1LL << 26, 1LL << 26, 1LL << 26};
+    const int64_t chunk[3] = {64, 64, 64};
+    const int64_t size[3] = {512, 512, 256}, chunk128[3] = {128, 128, 128};
+    cnx_plan_external ext = ext_geom(CNX_DT_UINT8, huge, 8, chunk, NULL);
+    cnx_workflow *wf = load_file("workflows/pyramid.json");
+    const char *msg = cnx_error_last()->message;
+    cnx_plan *p = NULL;
+    (void)state;
+
+    assert_int_equal(
+        cnx_plan_new_capped(&p, wf, "file:///d", NULL, &ext, 1, 1000000),
+        CNX_ETOOBIG);
+    assert_null(p);
+    if (strstr(msg, "workflow pyramid: the region needs 162129586585337856 "
+                    "tasks (ds1 144115188075855872, ds2 18014398509481984), "
+                    "more than the cap of 1000000 tasks per request") == NULL)
+        fail_msg("%s", msg);
+
+    /* At the edge: 32 + 4 tasks pass a cap of 36 and not one of 35. */
+    ext = ext_geom(CNX_DT_UINT8, size, 8, chunk128, NULL);
+    assert_int_equal(
+        cnx_plan_new_capped(&p, wf, "file:///d", NULL, &ext, 1, 36), 0);
+    assert_int_equal(p->ntasks, 36);
+    cnx_plan_free(p);
+    p = NULL;
+    assert_int_equal(
+        cnx_plan_new_capped(&p, wf, "file:///d", NULL, &ext, 1, 35),
+        CNX_ETOOBIG);
+    if (strstr(msg, "needs 36 tasks (ds1 32, ds2 4), more than the cap of 35 "
+                    "tasks per request") == NULL)
+        fail_msg("%s", msg);
+    cnx_workflow_free(wf);
+}
+
+/* A task's outputs as its manifest must name them: the chunks its write
+ * box meets on its output scale, and the side objects later stages read
+ * from it, checked against a plain enumeration. */
+static void test_workflow__task_outputs_are_what_readers_read(void **state)
+{
+    const int64_t size[3] = {256, 256, 256}, chunk[3] = {128, 128, 128};
+    const int64_t psize[3] = {512, 512, 256};
+    cnx_plan_external ext = ext_geom(CNX_DT_UINT8, psize, 8, chunk, NULL);
+    cnx_workflow *wf = load_file("workflows/pyramid.json");
+    cnx_plan *p = plan_with(wf, NULL, &ext, 1);
+    char **urls = NULL;
+    size_t n = 0;
+    int join, fragments, relabel;
+    (void)state;
+
+    /* ds1 task 0: [0,128)^3 at 8 nm writes [0,64)^3 at 16 nm, one chunk. */
+    assert_int_equal(cnx_plan_task_outputs(p, 0, &urls, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(urls[0], "file:///nowhere/data/pyramid/v1/"
+                                 "16_16_16/0-64_0-64_0-64");
+    free(urls[0]);
+    free(urls);
+    /* ds2's last task, [128,256) x [128,256) x [0,128) at 16 nm, writes
+     * [64,128) x [64,128) x [0,64) at 32 nm: 8 chunks of 32. */
+    assert_int_equal(cnx_plan_task_outputs(p, p->ntasks - 1, &urls, &n), 0);
+    assert_int_equal(n, 8);
+    assert_string_equal(urls[0], "file:///nowhere/data/pyramid/v1/"
+                                 "32_32_32/64-96_64-96_0-32");
+    assert_string_equal(urls[7], "file:///nowhere/data/pyramid/v1/"
+                                 "32_32_32/96-128_96-128_32-64");
+    for (size_t i = 0; i < n; i++)
+        free(urls[i]);
+    free(urls);
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+
+    /* segmentation: fragments write chunks and the faces the join reads;
+     * the join (a part: no chunks) the agglomeration relabel reads, for
+     * every chunk of its region; relabel the chunks only. */
+    wf = load_file("workflows/segmentation.json");
+    ext = ext_geom(CNX_DT_UINT8, size, 8, chunk, NULL);
+    p = plan_with(wf, NULL, &ext, 1);
+    fragments = cnx_workflow_find_stage(wf, "fragments");
+    join = cnx_workflow_find_stage(wf, "join");
+    relabel = cnx_workflow_find_stage(wf, "relabel");
+    assert_int_equal(
+        cnx_plan_task_outputs(p, p->stages[fragments].first + 1, &urls, &n), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(urls[0], "file:///nowhere/data/fragments/v1/"
+                                 "8_8_8/128-256_0-128_0-128");
+    assert_string_equal(urls[1], "file:///nowhere/data/fragments/v1/"
+                                 "faces/8_8_8/128-256_0-128_0-128");
+    for (size_t i = 0; i < n; i++)
+        free(urls[i]);
+    free(urls);
+    assert_int_equal(cnx_plan_task_outputs(p, p->stages[join].first, &urls, &n),
+                     0);
+    assert_int_equal(n, 8);
+    for (size_t i = 0; i < n; i++) {
+        if (strncmp(urls[i],
+                    "file:///nowhere/data/segmentation/v1/"
+                    "agglomeration/8_8_8/",
+                    56) != 0)
+            fail_msg("%s", urls[i]);
+        if (i > 0 && strcmp(urls[i - 1], urls[i]) >= 0)
+            fail_msg("not ascending: %s, %s", urls[i - 1], urls[i]);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(urls[i]);
+    free(urls);
+    assert_int_equal(
+        cnx_plan_task_outputs(p, p->stages[relabel].first, &urls, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(urls[0], "file:///nowhere/data/segmentation/v1/"
+                                 "8_8_8/0-128_0-128_0-128");
+    free(urls[0]);
+    free(urls);
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1531,6 +1654,8 @@ int main(void)
         cmocka_unit_test(test_workflow__objects_and_parts_refused),
         cmocka_unit_test(test_workflow__pipeline_with_a_tile_set),
         cmocka_unit_test(test_workflow__tileset_input_refusals),
+        cmocka_unit_test(test_workflow__task_cap_refuses_before_cutting),
+        cmocka_unit_test(test_workflow__task_outputs_are_what_readers_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
