@@ -269,7 +269,7 @@ stop_ctl
 
 # 2. Through the fault proxy: every kind, a limited number of each.
 start_proxy faults --faults 503,429,reset,truncate,stall,corrupt-get,corrupt-put \
-  --every 7 --limit 35 --seed 11 --stall-s $STALL_S
+  --every 7 --limit 70 --seed 11 --stall-s $STALL_S
 start_ctl "$PROXY" faults
 start_pool "$PROXY" b
 reprocess "$PROXY" pipeline "s3://$BUCKET/ds2" pipe-faults
