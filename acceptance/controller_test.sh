@@ -34,7 +34,7 @@ echo "not a key" >"$WORK/trust/README.txt"
 MPORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 start_controller() { # extra controller args...
   CNX_LOG=info "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/ledger.db" \
-    --trust "$WORK/trust" --progress 0.5 --price-per-core-hour 0.05 --metrics-port "$MPORT" \
+    --trust "$WORK/trust" --key "$CKEY" --progress 0.5 --price-per-core-hour 0.05 --metrics-port "$MPORT" \
     "$@" >>"$WORK/controller.log" 2>&1 &
   CPID=$!
   PIDS+=($CPID)
@@ -52,7 +52,7 @@ start_workers() { # tag, extra worker args...
 reprocess() { # request id, extra args... ; JSON summary in $WORK/<id>.json
   local id=$1; shift
   set +e
-  "$BIN/cnx-reprocess" --brokers "$BOOT" --workflow pyramid \
+  "$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow pyramid \
     --workflows "$SRC/workflows" --dataset "file://$DATA" \
     --roi 0,0,0,512,512,256 --request "$id" --wait --json --timeout 300 "$@" \
     >"$WORK/$id.json" 2>"$WORK/$id.err"
@@ -73,7 +73,7 @@ check "first run exits 0 (rc $RC)" [ "$RC" -eq 0 ]
 check "first run: done, 36 tasks (32 ds1 + 4 ds2)" \
   [ "$(jq_py "$WORK/req-first.json" 'd["outcome"], sum(s["done"] for s in d["stages"])')" = "('done', 36)" ]
 # A region off the chunk grid: widened to whole chunks, and said so.
-"$BIN/cnx-reprocess" --brokers "$BOOT" --workflow pyramid --workflows "$SRC/workflows" \
+"$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow pyramid --workflows "$SRC/workflows" \
   --dataset "file://$DATA" --roi 10,10,10,300,300,200 --request req-widened \
   --wait --json --timeout 300 >"$WORK/req-widened.json" 2>"$WORK/req-widened.err" || true
 check "an unaligned region is widened to whole chunks, and the notes say so" "$PY" -c 'import json, sys
@@ -126,7 +126,7 @@ check "ledger: immutability violations for the 32 ds1 tasks of req-faulty" \
 
 # 4. The controller killed mid-request and restarted; then rebuilt.
 start_workers slow --slow-ms 300
-"$BIN/cnx-reprocess" --brokers "$BOOT" --workflow pyramid --workflows "$SRC/workflows" \
+"$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow pyramid --workflows "$SRC/workflows" \
   --dataset "file://$DATA" --roi 0,0,0,512,512,256 --request req-restart \
   --wait --json --timeout 300 >"$WORK/req-restart.json" 2>"$WORK/req-restart.err" &
 RPID=$!
@@ -158,7 +158,7 @@ check "releases: one per task, none twice" \
 kill -TERM "$CPID"; wait "$CPID" 2>/dev/null || true
 sqlite3 "$WORK/ledger.db" .dump >"$WORK/live.sql"
 mv "$WORK/ledger.db" "$WORK/old-ledger.db"; rm -f "$WORK/ledger.db-wal" "$WORK/ledger.db-shm"
-"$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/rebuilt.db" --trust "$WORK/trust" \
+"$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/rebuilt.db" --trust "$WORK/trust" --key "$CKEY" \
   --rebuild >>"$WORK/controller.log" 2>&1
 sqlite3 "$WORK/rebuilt.db" .dump >"$WORK/rebuilt.sql"
 check "rebuilt ledger dumps the same rows ($(wc -l <"$WORK/live.sql") lines)" \
@@ -191,7 +191,7 @@ w["stages"] = [dict(w["stages"][0], lease_s=2, retry_budget=3, output={"layer": 
 json.dump(w, open(sys.argv[2], "w"))' "$SRC/workflows/pyramid.json" "$WORK/leased.json"
 start_workers lease --slow-ms 3500
 set +e
-"$BIN/cnx-reprocess" --brokers "$BOOT" --workflow "$WORK/leased.json" \
+"$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow "$WORK/leased.json" \
   --dataset "file://$DATA" --roi 0,0,0,256,256,128 --request req-lease \
   --wait --json --timeout 300 >"$WORK/req-lease.json" 2>"$WORK/req-lease.err"
 RC=$?

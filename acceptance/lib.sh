@@ -42,10 +42,36 @@ start_broker() { # [partitions] -> sets BOOT
   return 1
 }
 
-make_key() {
+make_key() { # -> KEY, PUB (the workers'), CKEY, CPUB (the controller's)
   "$BIN/cnx-keygen" --out "$WORK/keys" >/dev/null
   KEY=$WORK/keys/cnx.key
   PUB=$WORK/keys/cnx.pub
+  "$BIN/cnx-keygen" --out "$WORK/ckeys" >/dev/null
+  CKEY=$WORK/ckeys/cnx.key
+  CPUB=$WORK/ckeys/cnx.pub
+}
+
+sign_message() { # key file, topic, message key, body file -> base64 signature
+  # docs/security.md: Ed25519 over the DSSE PAE of the body, under a type
+  # naming the topic and the key; made here with the openssl CLI only.
+  local type="application/vnd.cnx.message+json;topic=$2;key=$3"
+  { printf 'DSSEv1 %d %s %d ' "${#type}" "$type" "$(stat -c %s "$4")"
+    cat "$4"; } >"$WORK/.pae"
+  openssl pkeyutl -sign -inkey "$1" -rawin -in "$WORK/.pae" | base64 -w0
+}
+
+key_id() { # key file (private or public) -> sha256:<hex> of its public DER
+  local pub=(-pubin)
+  grep -q "PRIVATE KEY" "$1" && pub=(-pubout)
+  echo "sha256:$(openssl pkey "${pub[@]}" -in "$1" -outform DER | sha256sum | cut -d' ' -f1)"
+}
+
+produce_signed() { # topic, message key, body file, [signing key file]
+  local h=()
+  [ -n "${4:-}" ] && h=(-H "cnx-sig=$(sign_message "$4" "$1" "$2" "$3")"
+                        -H "cnx-keyid=$(key_id "$4")")
+  kcat -P -b "$BOOT" -t "$1" -k "$2" "${h[@]}" "$3" 2>>"$WORK/kcat.err" ||
+    echo "kcat -P to $1 failed: $(cat "$WORK/kcat.err")" >&2
 }
 
 start_worker() { # instance, extra args... -> sets WPID

@@ -197,7 +197,7 @@ cp "$PUB" "$WORK/trust/workers.pem"
 # The controller, pointed at an endpoint (the server or the proxy).
 start_ctl() { # endpoint, tag
   (AWS_ENDPOINT_URL=$1 CNX_LOG=info exec "$BIN/cnx-controller" --brokers "$BOOT" \
-    --ledger "$WORK/ledger.db" --trust "$WORK/trust" --progress 0.5 \
+    --ledger "$WORK/ledger.db" --trust "$WORK/trust" --key "$CKEY" --progress 0.5 \
     >>"$WORK/controller-$2.log" 2>&1) &
   CTL=$!
   PIDS+=($CTL)
@@ -229,7 +229,7 @@ start_pool() { # endpoint, tag: two montage, fragment and synapse workers, one o
 reprocess() { # endpoint, workflow, dataset URL, request
   local t0=$SECONDS
   set +e
-  AWS_ENDPOINT_URL=$1 "$BIN/cnx-reprocess" --brokers "$BOOT" --workflow "$2" \
+  AWS_ENDPOINT_URL=$1 "$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow "$2" \
     --workflows "$SRC/workflows" --dataset "$3" --roi "0,0,0,$SHAPE" \
     --request "$4" --wait --json --timeout 400 >"$WORK/$4.json" 2>"$WORK/$4.err"
   RC=$?

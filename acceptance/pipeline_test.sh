@@ -37,7 +37,7 @@ make_key
 mkdir -p "$WORK/trust"
 cp "$PUB" "$WORK/trust/workers.pem"
 CNX_LOG=info "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/ledger.db" \
-  --trust "$WORK/trust" --progress 0.5 >>"$WORK/controller.log" 2>&1 &
+  --trust "$WORK/trust" --key "$CKEY" --progress 0.5 >>"$WORK/controller.log" 2>&1 &
 PIDS+=($!)
 
 start_pool() { # montage, fragment and synapse workers, tag
@@ -52,7 +52,7 @@ start_pool() { # montage, fragment and synapse workers, tag
 }
 reprocess() { # workflow, request id
   set +e
-  "$BIN/cnx-reprocess" --brokers "$BOOT" --workflow "$1" \
+  "$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow "$1" \
     --workflows "$SRC/workflows" --dataset "file://$DATA" \
     --roi 0,0,0,256,256,256 --request "$2" --wait --json --timeout 800 \
     >"$WORK/$2.json" 2>"$WORK/$2.err"

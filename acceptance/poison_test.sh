@@ -16,9 +16,11 @@ head -n1 "$WORK/good.jsonl" >"$WORK/one.json"
 nbad=$(wc -l <"$WORK/kinds.txt")
 
 port=$((20000 + RANDOM % 20000))
-start_worker poison-1 --metrics-port "$port"
+# A short retry window: the retriable task below is retried in place for
+# 3 s after its budget, then dead-lettered (docs/worker.md).
+start_worker poison-1 --metrics-port "$port" --retry-window 3
 W1=$WPID
-start_worker poison-2
+start_worker poison-2 --retry-window 3
 W2=$WPID
 # Let the group settle (a rebalance while a message is handled makes Kafka
 # redeliver it: at-least-once), then bad messages, then good tasks behind
@@ -31,7 +33,8 @@ kcat -b "$BOOT" -P -t cnx.tasks.downsample -D '\x1e' <"$WORK/poison.bin"
 # may dead-letter one twice: at-least-once).
 # A retriable failure: the output directory of one task cannot be written
 # (a file stands where its scale directory should be), so every attempt
-# fails with EIO; after its budget of 2 retries it is dead-lettered.
+# fails with EIO; after its budget of 2 retries and the retry window it is
+# dead-lettered.
 cp -r "$WORK/synth/image" "$WORK/blocked"
 touch "$WORK/blocked/16_16_16"
 "$BIN/cnx-submit" --brokers "$BOOT" --layer "file://$WORK/blocked" --request retry \

@@ -24,12 +24,12 @@ make_key
 mkdir -p "$WORK/trust"
 cp "$PUB" "$WORK/trust/workers.pub"
 CNX_LOG=info "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/ledger.db" \
-  --trust "$WORK/trust" >>"$WORK/controller.log" 2>&1 &
+  --trust "$WORK/trust" --key "$CKEY" >>"$WORK/controller.log" 2>&1 &
 CPID=$!
 PIDS+=($CPID)
 for i in 1 2; do start_stage_worker cnx-downsample downsample "ds-$i"; done
 set +e
-"$BIN/cnx-reprocess" --brokers "$BOOT" --workflow pyramid --workflows "$SRC/workflows" \
+"$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow pyramid --workflows "$SRC/workflows" \
   --dataset "file://$DATA" --roi 0,0,0,256,128,128 --request tamper --wait --json \
   --timeout 300 >"$WORK/run.json" 2>"$WORK/run.err"
 RC=$?

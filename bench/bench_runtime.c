@@ -98,7 +98,7 @@ static double dd_mbs(const char *dir)
 
 static void part1(const char *boot, const char *dir, int repeat)
 {
-    cnx_kafka_opts k = {boot, NULL, "bench"};
+    cnx_kafka_opts k = {boot, NULL, "bench", 0};
     cnx_producer *prod;
     cnx_consumer *cons;
     cnx_key *key;
@@ -238,7 +238,7 @@ static void part2(const char *self, const char *boot, const char *dir,
     char **tasks;
     size_t n;
     pid_t pids[16];
-    cnx_kafka_opts k = {boot, NULL, "bench"};
+    cnx_kafka_opts k = {boot, NULL, "bench", 0};
     cnx_producer *prod;
 
     if (size[0] > 128 * 4096)

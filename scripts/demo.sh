@@ -187,6 +187,7 @@ echo "== start cnx-broker, cnx-controller (ledger), two cnx-downsample workers a
 s=$(date +%s.%N)
 ledger=$out/ledger.db
 "$bin/cnx-keygen" --out "$out/keys" >/dev/null
+"$bin/cnx-keygen" --out "$out/ckeys" >/dev/null
 mkdir -p "$out/trust"
 cp "$out/keys/cnx.pub" "$out/trust/demo-workers.pub"
 # Metrics ports: three free ones (controller, worker 1, worker 2).
@@ -200,7 +201,7 @@ pids+=($!)
 boot=""
 for _ in $(seq 100); do boot=$(head -n1 "$out/broker.out" 2>/dev/null || true); [ -n "$boot" ] && break; sleep 0.1; done
 [ -n "$boot" ] || { echo "cnx-broker did not start: $(cat "$out/broker.log")" >&2; exit 1; }
-CNX_LOG=info "$bin/cnx-controller" --brokers "$boot" --ledger "$ledger" --trust "$out/trust" \
+CNX_LOG=info "$bin/cnx-controller" --brokers "$boot" --ledger "$ledger" --trust "$out/trust" --key "$out/ckeys/cnx.key" \
   --progress 1 --price-per-core-hour "$price" --metrics-port "$mport_c" 2>"$out/controller.log" &
 pids+=($!)
 dirty=""
@@ -246,7 +247,7 @@ reprocess() { # workflow, request id
   echo
   echo "== cnx-reprocess --workflow $1 --roi $roi --request $2 --wait"
   set +e
-  "$bin/cnx-reprocess" --brokers "$boot" --workflow "$1" --workflows "$root/workflows" \
+  "$bin/cnx-reprocess" --controller-key "$out/ckeys/cnx.pub" --brokers "$boot" --workflow "$1" --workflows "$root/workflows" \
     --dataset "$dataset" --roi "$roi" --deadline 24h --request "$2" --wait \
     --timeout 900 2>&1 | tee "$out/$2.txt"
   rc=${PIPESTATUS[0]}

@@ -6,15 +6,19 @@
  * thread, so real clients (cnx's, kcat) talk to it as to any cluster.
  * Topics are made directly in the mock, before the bootstrap list is given
  * out, so a client never sees a cnx topic missing. Messages live in memory
- * only. Threading: one thread makes, reads and frees a cnx_broker; the
- * cluster itself runs on librdkafka's threads.
+ * only. cnx_broker_control injects faults through the mock's own API
+ * (request errors, brokers down and up, leader moves, latency), one text
+ * command at a time. Threading: one thread makes, reads, controls and
+ * frees a cnx_broker; the cluster itself runs on librdkafka's threads.
  */
 #include "cnx/broker.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
@@ -35,6 +39,15 @@ static int broker_topic(cnx_broker *broker, const char *topic, int partitions,
     rd_kafka_resp_err_t err;
     err = rd_kafka_mock_topic_create(broker->mcluster, topic, partitions,
                                      replicas);
+    /* The cluster listens from its creation: a client that knew this
+     * address (cnx-broker --port, started again) may have had the topic
+     * made already by asking for its metadata (the mock creates topics
+     * on request, with 4 partitions). */
+    if (err == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
+        CNX_WARN("broker", "topic %s was made by a client's request before "
+                 "cnx-broker made it (4 partitions)", topic);
+        err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    }
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
         return cnx_error_set(CNX_EIO, 0, "mock topic %s: %s", topic,
                              rd_kafka_err2str(err));
@@ -171,6 +184,190 @@ size_t cnx_broker_topic_count(const cnx_broker *broker)
 {
     assert(broker != NULL);
     return broker->ntopics;
+}
+
+/* ---- fault injection ---------------------------------------------------- */
+
+/* Kafka API keys by name (the ones cnx's clients use, and a few more). */
+static const struct {
+    const char *name;
+    int16_t key;
+} api_names[] = {
+    {"Produce", 0},          {"Fetch", 1},           {"ListOffsets", 2},
+    {"Metadata", 3},         {"OffsetCommit", 8},    {"OffsetFetch", 9},
+    {"FindCoordinator", 10}, {"JoinGroup", 11},      {"Heartbeat", 12},
+    {"LeaveGroup", 13},      {"SyncGroup", 14},      {"DescribeGroups", 15},
+    {"ListGroups", 16},      {"ApiVersions", 18},    {"CreateTopics", 19},
+    {"InitProducerId", 22},  {"OffsetForLeaderEpoch", 23},
+};
+
+#define CONTROL_MAX_WORDS 64
+#define CONTROL_MAX_ERRORS 10000
+
+/* A whole decimal integer in [lo, hi]. */
+static int control_int(const char *text, long lo, long hi, long *out)
+{
+    char *end = NULL;
+    long v;
+    errno = 0;
+    v = strtol(text, &end, 10);
+    if (end == text || *end != '\0' || errno != 0 || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int control_api(const char *word, int16_t *key)
+{
+    long v;
+    for (size_t i = 0; i < sizeof(api_names) / sizeof(api_names[0]); i++)
+        if (strcasecmp(word, api_names[i].name) == 0) {
+            *key = api_names[i].key;
+            return 0;
+        }
+    if (control_int(word, 0, 999, &v) == 0) {
+        *key = (int16_t)v;
+        return 0;
+    }
+    return cnx_error_set(CNX_EINVAL, 0, "unknown Kafka API '%.64s'", word);
+}
+
+static int control_error(const char *word, rd_kafka_resp_err_t *err)
+{
+    const struct rd_kafka_err_desc *descs = NULL;
+    size_t n = 0;
+    long v;
+    if (control_int(word, -199, 1000, &v) == 0) {
+        *err = (rd_kafka_resp_err_t)v;
+        return 0;
+    }
+    rd_kafka_get_err_descs(&descs, &n);
+    for (size_t i = 0; i < n; i++)
+        if (descs[i].name != NULL && strcasecmp(word, descs[i].name) == 0) {
+            *err = descs[i].code;
+            return 0;
+        }
+    return cnx_error_set(CNX_EINVAL, 0, "unknown Kafka error '%.64s'", word);
+}
+
+/* "ERROR" or "ERROR*N" appended n times to errs. */
+static int control_errors(char **words, int nwords, rd_kafka_resp_err_t *errs,
+                          size_t *n)
+{
+    *n = 0;
+    for (int i = 0; i < nwords; i++) {
+        char *star = strchr(words[i], '*');
+        long times = 1;
+        rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+        if (star != NULL) {
+            *star = '\0';
+            if (control_int(star + 1, 1, CONTROL_MAX_ERRORS, &times) != 0)
+                return cnx_error_set(CNX_EINVAL, 0, "bad repeat '*%.32s'",
+                                     star + 1);
+        }
+        if (control_error(words[i], &err) != 0)
+            return CNX_EINVAL;
+        if (*n + (size_t)times > CONTROL_MAX_ERRORS)
+            return cnx_error_set(CNX_EINVAL, 0, "more than %d errors",
+                                 CONTROL_MAX_ERRORS);
+        while (times-- > 0)
+            errs[(*n)++] = err;
+    }
+    return 0;
+}
+
+static int control_done(rd_kafka_resp_err_t err, const char *what)
+{
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return cnx_error_set(CNX_EIO, 0, "%s: %s", what,
+                             rd_kafka_err2str(err));
+    return 0;
+}
+
+int cnx_broker_control(cnx_broker *broker, const char *command)
+{
+    char line[CNX_BROKER_CONTROL_MAX + 1], *words[CONTROL_MAX_WORDS], *p;
+    rd_kafka_resp_err_t *errs = NULL;
+    int nwords = 0, rc;
+    long id, part;
+    int16_t api;
+    size_t n;
+
+    assert(broker != NULL && command != NULL);
+    if (strlen(command) > CNX_BROKER_CONTROL_MAX)
+        return cnx_error_set(CNX_EINVAL, 0, "command over %d bytes",
+                             CNX_BROKER_CONTROL_MAX);
+    memcpy(line, command, strlen(command) + 1);
+    for (p = line; *p != '\0';) {
+        while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+            *p++ = '\0';
+        if (*p == '\0')
+            break;
+        if (nwords == CONTROL_MAX_WORDS)
+            return cnx_error_set(CNX_EINVAL, 0, "more than %d words",
+                                 CONTROL_MAX_WORDS);
+        words[nwords++] = p;
+        while (*p != '\0' && *p != ' ' && *p != '\t' && *p != '\r' &&
+               *p != '\n')
+            p++;
+    }
+    if (nwords == 0)
+        return cnx_error_set(CNX_EINVAL, 0, "empty command");
+    if (strcmp(words[0], "request-errors") == 0 && nwords >= 3) {
+        if (control_api(words[1], &api) != 0)
+            return CNX_EINVAL;
+        errs = calloc(CONTROL_MAX_ERRORS, sizeof(*errs));
+        if (errs == NULL)
+            return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+        rc = control_errors(words + 2, nwords - 2, errs, &n);
+        if (rc == 0)
+            rd_kafka_mock_push_request_errors_array(broker->mcluster, api, n,
+                                                    errs);
+        free(errs);
+        return rc;
+    }
+    if (strcmp(words[0], "clear") == 0 && nwords == 2) {
+        if (control_api(words[1], &api) != 0)
+            return CNX_EINVAL;
+        rd_kafka_mock_clear_request_errors(broker->mcluster, api);
+        return 0;
+    }
+    if ((strcmp(words[0], "down") == 0 || strcmp(words[0], "up") == 0) &&
+        nwords == 2) {
+        if (control_int(words[1], 1, CNX_BROKER_MAX_BROKERS, &id) != 0)
+            return cnx_error_set(CNX_EINVAL, 0, "%s: bad broker id '%.32s'",
+                                 words[0], words[1]);
+        return control_done(
+            words[0][0] == 'd'
+                ? rd_kafka_mock_broker_set_down(broker->mcluster, (int32_t)id)
+                : rd_kafka_mock_broker_set_up(broker->mcluster, (int32_t)id),
+            words[0]);
+    }
+    if (strcmp(words[0], "leader") == 0 && nwords == 4) {
+        if (control_int(words[2], 0, CNX_BROKER_MAX_PARTITIONS - 1, &part) !=
+                0 ||
+            control_int(words[3], -1, CNX_BROKER_MAX_BROKERS, &id) != 0 ||
+            id == 0)
+            return cnx_error_set(CNX_EINVAL, 0, "leader: want TOPIC "
+                                 "PARTITION BROKER-ID (-1: none)");
+        return control_done(rd_kafka_mock_partition_set_leader(
+                                broker->mcluster, words[1], (int32_t)part,
+                                (int32_t)id),
+                            "leader");
+    }
+    if (strcmp(words[0], "rtt") == 0 && nwords == 3) {
+        long ms;
+        if (control_int(words[1], 1, CNX_BROKER_MAX_BROKERS, &id) != 0 ||
+            control_int(words[2], 0, 600000, &ms) != 0)
+            return cnx_error_set(CNX_EINVAL, 0, "rtt: want BROKER-ID MS");
+        return control_done(rd_kafka_mock_broker_set_rtt(broker->mcluster,
+                                                         (int32_t)id, (int)ms),
+                            "rtt");
+    }
+    return cnx_error_set(CNX_EINVAL, 0, "unknown command '%.64s' or wrong "
+                         "number of words (request-errors API ERROR[*N]..., "
+                         "clear API, down ID, up ID, leader TOPIC PARTITION "
+                         "ID, rtt ID MS)", words[0]);
 }
 
 void cnx_broker_free(cnx_broker *broker)

@@ -30,8 +30,8 @@
 
 #include "cnx/error.h"
 #include "cnx/log.h"
+#include "cnx/message.h"
 #include "cnx/url.h"
-#include "ledger_schema.sql.h"
 
 static volatile sig_atomic_t stop_signal;
 
@@ -40,192 +40,6 @@ static void on_signal(int sig)
     (void)sig;
     stop_signal = 1;
 }
-
-double ctl_wall(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-void ctl_now_text(char out[32])
-{
-    cnx_rfc3339_format(ctl_wall(), out);
-}
-
-/* ---- SQLite helpers ------------------------------------------------- */
-
-sqlite3_stmt *ctl_stmt(ctl *c, const char *sql)
-{
-    int i;
-    for (i = 0; i < CTL_MAX_STMTS && c->stmts[i].sql != NULL; i++) {
-        if (c->stmts[i].sql == sql) {
-            sqlite3_reset(c->stmts[i].st);
-            sqlite3_clear_bindings(c->stmts[i].st);
-            return c->stmts[i].st;
-        }
-    }
-    if (i == CTL_MAX_STMTS) {
-        cnx_error_set(CNX_ENOMEM, 0, "ledger: statement cache full");
-        return NULL;
-    }
-    if (sqlite3_prepare_v2(c->db, sql, -1, &c->stmts[i].st, NULL) !=
-        SQLITE_OK) {
-        cnx_error_set(CNX_EIO, 0, "ledger: %s (in: %.80s)",
-                      sqlite3_errmsg(c->db), sql);
-        CNX_ERROR("controller", "%s", cnx_error_last()->message);
-        return NULL;
-    }
-    c->stmts[i].sql = sql;
-    return c->stmts[i].st;
-}
-
-int ctl_exec(ctl *c, const char *sql)
-{
-    char *err = NULL;
-    if (sqlite3_exec(c->db, sql, NULL, NULL, &err) != SQLITE_OK) {
-        int rc = cnx_error_set(CNX_EIO, 0, "ledger: %s", err ? err : "?");
-        sqlite3_free(err);
-        return rc;
-    }
-    return 0;
-}
-
-int ctl_done(ctl *c, sqlite3_stmt *st)
-{
-    int rc;
-    if (st == NULL)
-        return CNX_EIO;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        ;
-    if (rc != SQLITE_DONE)
-        return cnx_error_set(CNX_EIO, 0, "ledger: %s", sqlite3_errmsg(c->db));
-    return 0;
-}
-
-void ctl_bind_text(sqlite3_stmt *st, int i, const char *text)
-{
-    if (text == NULL)
-        sqlite3_bind_null(st, i);
-    else
-        sqlite3_bind_text(st, i, text, -1, SQLITE_TRANSIENT);
-}
-
-/*
- * Bring the ledger up to this controller's revision (ledger_schema.sql.h):
- * a new file is created at it; an older one gets each missing step, in one
- * transaction; a newer one is refused. A file of revision 1 has no
- * `revision` row (its releases table has no manifest column).
- */
-static int ledger_migrate(ctl *c)
-{
-    int64_t rev = CNX_LEDGER_SCHEMA_REVISION;
-    char text[16];
-    sqlite3_stmt *st;
-    int rc;
-
-    st = ctl_stmt(c, "SELECT value FROM meta WHERE key = 'revision'");
-    if (st == NULL)
-        return CNX_EIO;
-    if (sqlite3_step(st) == SQLITE_ROW) {
-        rev = sqlite3_column_int64(st, 0);
-        sqlite3_reset(st); /* a stepped statement holds a read transaction */
-    } else {
-        sqlite3_reset(st);
-        st = ctl_stmt(c, "SELECT count(*) FROM pragma_table_info('releases') "
-                         "WHERE name = 'manifest'");
-        if (st == NULL)
-            return CNX_EIO;
-        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 0)
-            rev = 1;
-        sqlite3_reset(st);
-    }
-    if (rev > CNX_LEDGER_SCHEMA_REVISION)
-        return cnx_error_set(CNX_EINVAL, 0,
-                             "ledger %s has revision %lld of schema %d; "
-                             "this controller knows revision %d (use a newer "
-                             "controller)",
-                             c->o->ledger, (long long)rev,
-                             CNX_LEDGER_SCHEMA_VERSION,
-                             CNX_LEDGER_SCHEMA_REVISION);
-    rc = ctl_exec(c, "BEGIN IMMEDIATE");
-    for (int64_t r = rev < 1 ? 1 : rev;
-         rc == 0 && r < CNX_LEDGER_SCHEMA_REVISION; r++) {
-        CNX_INFO("controller", "ledger %s: revision %lld -> %lld", c->o->ledger,
-                 (long long)r, (long long)r + 1);
-        rc = ctl_exec(c, ledger_migrate_sql[r]);
-    }
-    snprintf(text, sizeof(text), "%d", CNX_LEDGER_SCHEMA_REVISION);
-    st = rc == 0 ? ctl_stmt(c, "INSERT OR REPLACE INTO meta(key, value) "
-                               "VALUES('revision', ?)")
-                 : NULL;
-    if (rc == 0 && st == NULL)
-        rc = CNX_EIO;
-    if (rc == 0) {
-        ctl_bind_text(st, 1, text);
-        rc = ctl_done(c, st);
-    }
-    if (rc == 0)
-        rc = ctl_exec(c, "COMMIT");
-    else
-        ctl_exec(c, "ROLLBACK");
-    return rc;
-}
-
-static int ledger_open(ctl *c)
-{
-    char version[16];
-    int rc;
-    if (sqlite3_open_v2(c->o->ledger, &c->db,
-                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                            SQLITE_OPEN_FULLMUTEX,
-                        NULL) != SQLITE_OK)
-        return cnx_error_set(CNX_EIO, 0, "ledger %s: %s", c->o->ledger,
-                             c->db ? sqlite3_errmsg(c->db) : "cannot open");
-    sqlite3_busy_timeout(c->db, 10000);
-    /* WAL: readers (sqlite3, cnx-reprocess, auditors) never block the
-     * writer. NORMAL sync is safe against a killed process; a power cut
-     * can lose the last transactions, which are simply read again from
-     * the log (their positions are lost with them). */
-    /* 16 KiB pages hold a lineage row (an envelope of a few KiB) without
-     * overflow pages; the page size only applies to a new file. 64 MiB
-     * of page cache keeps the indexes the fold touches in memory. */
-    rc = ctl_exec(c, "PRAGMA page_size=16384; PRAGMA journal_mode=WAL;"
-                     "PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536;"
-                     "PRAGMA foreign_keys=OFF;");
-    if (rc == 0)
-        rc = ctl_exec(c, ledger_schema_sql);
-    if (rc != 0)
-        return rc;
-    snprintf(version, sizeof(version), "%d", CNX_LEDGER_SCHEMA_VERSION);
-    sqlite3_stmt *st = ctl_stmt(
-        c, "INSERT OR IGNORE INTO meta(key, value) VALUES('schema', ?)");
-    if (st == NULL)
-        return CNX_EIO;
-    ctl_bind_text(st, 1, version);
-    rc = ctl_done(c, st);
-    if (rc != 0)
-        return rc;
-    st = ctl_stmt(c, "SELECT value FROM meta WHERE key = 'schema'");
-    if (st != NULL && sqlite3_step(st) == SQLITE_ROW &&
-        strcmp((const char *)sqlite3_column_text(st, 0), version) != 0) {
-        rc = cnx_error_set(CNX_EINVAL, 0,
-                           "ledger %s has schema %s; this controller "
-                           "writes schema %s (rebuild it with --rebuild "
-                           "into a new file)",
-                           c->o->ledger, sqlite3_column_text(st, 0), version);
-        sqlite3_reset(st);
-        return rc;
-    }
-    /* Reset, or the connection keeps a read transaction open for its
-     * whole life and SQLite can never restart the WAL: ledger.db-wal
-     * would grow with every commit until the controller stops. */
-    if (st != NULL)
-        sqlite3_reset(st);
-    return ledger_migrate(c);
-}
-
-/* ---- trusted keys ---------------------------------------------------- */
 
 static int ends_with(const char *s, const char *suffix)
 {
@@ -357,31 +171,64 @@ static int store_position(ctl *c, const cnx_message *m)
     return ctl_done(c, st);
 }
 
-/* ---- publishing --------------------------------------------------------- */
-
-int ctl_publish(ctl *c, const char *topic, const char *key, const char *json,
-                const cnx_kafka_header *headers, size_t nheaders)
-{
-    return cnx_producer_send(c->producer, topic, key, json, strlen(json),
-                             headers, nheaders);
-}
-
-int ctl_flush(ctl *c)
-{
-    for (int i = 0; i < 3; i++) {
-        if (cnx_producer_flush(c->producer, 30000) == 0)
-            return 0;
-        CNX_WARN("controller", "waiting for acknowledgements: %s",
-                 cnx_error_last()->message);
-    }
-    return cnx_error_set(CNX_EIO, 0, "no acknowledgement from the broker");
-}
-
 /* ---- the loop ---------------------------------------------------------- */
+
+/* The ledger offset of a log offset: + the partition's base, if its log
+ * began again (check_log); 0 for most partitions and most ledgers. */
+static int64_t offset_base(const ctl *c, const char *topic, int32_t partition)
+{
+    for (size_t i = 0; i < c->nbases; i++)
+        if (c->bases[i].partition == partition &&
+            strcmp(c->bases[i].topic, topic) == 0)
+            return c->bases[i].base;
+    return 0;
+}
+
+/* Read the `offset_base/<topic>/<partition>` rows of meta into c->bases. */
+static int load_bases(ctl *c)
+{
+    sqlite3_stmt *st = ctl_stmt(c, "SELECT key, value FROM meta WHERE key "
+                                   "LIKE 'offset_base/%'");
+    size_t n = 0;
+    if (st == NULL)
+        return CNX_EIO;
+    free(c->bases);
+    c->bases = NULL;
+    c->nbases = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *key = (const char *)sqlite3_column_text(st, 0);
+        const char *slash = key != NULL ? strrchr(key, '/') : NULL;
+        size_t len;
+        ctl_base *grown;
+        if (slash == NULL || slash - key <= 12)
+            continue;
+        if (n == c->nbases) {
+            grown = realloc(c->bases, (2 * n + 16) * sizeof(*grown));
+            if (grown == NULL) {
+                sqlite3_reset(st);
+                return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+            }
+            c->bases = grown;
+            n = 2 * n + 16;
+        }
+        len = (size_t)(slash - key) - 12;
+        if (len >= sizeof(c->bases[0].topic))
+            continue;
+        memcpy(c->bases[c->nbases].topic, key + 12, len);
+        c->bases[c->nbases].topic[len] = '\0';
+        c->bases[c->nbases].partition = (int32_t)strtol(slash + 1, NULL, 10);
+        c->bases[c->nbases++].base = sqlite3_column_int64(st, 1);
+    }
+    sqlite3_reset(st);
+    return 0;
+}
 
 static int apply_logged(ctl *c, const cnx_message *m, ctl_verdict *v)
 {
-    int rc = ctl_apply_verified(c, m, v);
+    cnx_message at = *m;
+    int rc;
+    at.offset += offset_base(c, m->topic, m->partition);
+    rc = ctl_apply_verified(c, &at, v);
     if (rc == CNX_EIO || rc == CNX_ENOMEM)
         return rc; /* the ledger itself failed: stop, retry from the log */
     c->applied++;
@@ -407,6 +254,8 @@ static int poll_batch(ctl *c, ctl_batch *b, int wait_ms)
     while (b->n < (size_t)c->o->batch) {
         cnx_message *m = NULL;
         int prc = cnx_consumer_poll(c->reader, b->n == 0 ? wait_ms : 0, &m);
+        if (prc != 0 && m == NULL && !cnx_error_last()->retriable)
+            return prc; /* the broker gone past --broker-timeout */
         if (prc != 0 && m == NULL) {
             CNX_WARN("controller", "%s", cnx_error_last()->message);
             break;
@@ -483,13 +332,20 @@ static int apply_batch(ctl *c, int wait_ms, int *got)
     return rc;
 }
 
+/* --broker-timeout, or its default. */
+static double broker_timeout(const ctl *c)
+{
+    return c->o->kafka.broker_timeout_s > 0 ? c->o->kafka.broker_timeout_s
+                                            : CNX_KAFKA_BROKER_TIMEOUT_S;
+}
+
 /* Apply everything up to the ends the broker reports now (interrupted by
  * SIGTERM only if interruptible). */
 static int catch_up(ctl *c, int interruptible)
 {
     cnx_position *ends = NULL;
     size_t nends = 0;
-    double t0 = cnx_now();
+    double t0 = cnx_now(), moved = t0;
     int rc = cnx_reader_ends(c->reader, &ends, &nends, 10000);
     if (rc != 0)
         return rc;
@@ -506,9 +362,13 @@ static int catch_up(ctl *c, int interruptible)
         rc = apply_batch(c, 500, &got);
         if (rc != 0)
             break;
-        if (got == 0 && cnx_now() - t0 > 120) {
+        if (got > 0)
+            moved = cnx_now();
+        else if (cnx_now() - moved > broker_timeout(c)) {
             rc = cnx_error_set(CNX_EIO, 1, "catching up: the broker "
-                               "stopped delivering before the log's end");
+                               "(%s) delivered nothing for %g s before the "
+                               "log's end", c->o->kafka.brokers,
+                               broker_timeout(c));
             break;
         }
     }
@@ -516,6 +376,140 @@ static int catch_up(ctl *c, int interruptible)
     if (rc == 0)
         CNX_INFO("controller", "caught up: %lld message(s) applied in "
                  "%.2f s", (long long)c->applied, cnx_now() - t0);
+    return rc;
+}
+
+static const char *const log_topics[] = {CNX_TOPIC_REQUESTS, CNX_TOPIC_EVENTS,
+                                         CNX_TOPIC_LINEAGE};
+
+/*
+ * Did the log go backwards? A broker may come back as another cluster
+ * (a new cluster id: cnx-broker restarted, its log kept in memory gone)
+ * or with partitions that end before the positions the ledger stored (a
+ * cluster rebuilt under the same id). Either way the stored positions
+ * point at nothing: they are forgotten in one transaction, the reader
+ * starts again from the log's start, and every task released before
+ * now is released again (check_leases, by c->log_reset_at), since its
+ * task message may be gone. The ledger itself stays: it is what the
+ * old log said. The cluster id is recorded in `meta` (`cluster_id`).
+ * Checked at start and whenever the reader reconnects.
+ * *reset: whether the log was found reset.
+ */
+static int check_log(ctl *c, int *reset)
+{
+    char id[256] = "", stored[256] = "", why[600] = "";
+    cnx_position *ends = NULL;
+    size_t nends = 0;
+    sqlite3_stmt *st;
+    int rc;
+
+    *reset = 0;
+    if (c->bases == NULL && (rc = load_bases(c)) != 0)
+        return rc;
+    if (cnx_consumer_cluster_id(c->reader, id, sizeof(id), 10000) != 0)
+        CNX_WARN("controller", "%s", cnx_error_last()->message);
+    st = ctl_stmt(c, "SELECT value FROM meta WHERE key = 'cluster_id'");
+    if (st == NULL)
+        return CNX_EIO;
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) != NULL)
+        snprintf(stored, sizeof(stored), "%s", sqlite3_column_text(st, 0));
+    sqlite3_reset(st); /* a stepped statement holds a read transaction */
+    if (id[0] != '\0' && stored[0] != '\0' && strcmp(id, stored) != 0)
+        snprintf(why, sizeof(why), "the broker's cluster id changed from "
+                 "%s to %s", stored, id);
+    if (why[0] == '\0') {
+        rc = cnx_reader_ends(c->reader, &ends, &nends, 10000);
+        if (rc != 0)
+            return rc;
+        for (size_t i = 0; i < nends && why[0] == '\0'; i++) {
+            int64_t at = start_at(c, ends[i].topic, ends[i].partition);
+            if (at != CNX_OFFSET_BEGINNING && at > ends[i].offset)
+                snprintf(why, sizeof(why), "%s [%d] ends at offset %lld, "
+                         "before the position %lld the ledger stored",
+                         ends[i].topic, (int)ends[i].partition,
+                         (long long)ends[i].offset, (long long)at);
+        }
+        free(ends);
+    }
+    if (why[0] == '\0' && (id[0] == '\0' || strcmp(id, stored) == 0))
+        return 0;
+    rc = ctl_exec(c, "BEGIN IMMEDIATE");
+    if (rc == 0 && id[0] != '\0') {
+        st = ctl_stmt(c, "INSERT OR REPLACE INTO meta(key, value) "
+                         "VALUES('cluster_id', ?)");
+        if (st == NULL)
+            rc = CNX_EIO;
+        else {
+            ctl_bind_text(st, 1, id);
+            rc = ctl_done(c, st);
+        }
+    }
+    /* The new log's offsets start again at 0: record them past the old
+     * one's (offset_base), then forget the positions. */
+    if (rc == 0 && why[0] != '\0')
+        rc = ctl_exec(c, "INSERT OR REPLACE INTO meta(key, value) SELECT "
+                         "'offset_base/' || p.topic || '/' || p.partition, "
+                         "p.next_offset + coalesce((SELECT CAST(m.value AS "
+                         "INTEGER) FROM meta m WHERE m.key = 'offset_base/' "
+                         "|| p.topic || '/' || p.partition), 0) FROM "
+                         "positions p");
+    if (rc == 0 && why[0] != '\0')
+        rc = ctl_exec(c, "DELETE FROM positions");
+    if (rc == 0)
+        rc = ctl_exec(c, "COMMIT");
+    else
+        ctl_exec(c, "ROLLBACK");
+    if (rc == 0)
+        rc = load_bases(c);
+    if (rc != 0 || why[0] == '\0')
+        return rc;
+    CNX_WARN("controller", "the log went backwards: %s; reading it again "
+             "from its start and releasing again every task released "
+             "before now", why);
+    *reset = 1;
+    c->log_reset_at = ctl_wall();
+    cnx__ctl_batch_dispose(&c->next);
+    cnx_consumer_free(c->reader);
+    c->reader = NULL;
+    /* A broker that just came back may not have made its topics yet. */
+    for (double until = cnx_now() + broker_timeout(c);;) {
+        rc = cnx_reader_new(&c->reader, &c->o->kafka, log_topics, 3,
+                            start_at, c);
+        if (rc == 0 || !cnx_error_last()->retriable || cnx_now() > until)
+            break;
+        struct timespec pause = {0, 200 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    c->reconnects = c->reader != NULL ? cnx_consumer_reconnects(c->reader)
+                                      : 0;
+    return rc;
+}
+
+/* After the reader reconnected: check the log again (check_log) and, if
+ * it was reset, catch up on the new one before deciding anything. A
+ * check the broker does not answer (it went away again) is tried again
+ * 5 s later; only a ledger failure, or a reader that cannot be made
+ * again, stops the controller. */
+static int recheck_log(ctl *c)
+{
+    unsigned n = cnx_consumer_reconnects(c->reader);
+    int reset = 0, rc;
+    if (n == c->reconnects || cnx_now() < c->recheck_after)
+        return 0;
+    rc = check_log(c, &reset);
+    if (rc == 0 && reset) {
+        c->live = 0;
+        rc = catch_up(c, 1);
+        c->live = 1;
+        c->dirty = 1;
+    } else if (rc == 0)
+        c->reconnects = n;
+    if (rc != 0 && c->reader != NULL && cnx_error_last()->retriable) {
+        CNX_WARN("controller", "checking the log after a reconnect: %s "
+                 "(trying again in 5 s)", cnx_error_last()->message);
+        c->recheck_after = cnx_now() + 5.0;
+        return 0;
+    }
     return rc;
 }
 
@@ -532,6 +526,7 @@ void cnx__ctl_close(ctl *c)
         cnx_key_free(c->trusted[i]);
         free(c->trusted_names[i]);
     }
+    cnx_key_free(c->self);
     free(c->trusted);
     free(c->trusted_names);
     for (size_t i = 0; i < c->nplans; i++) {
@@ -543,6 +538,7 @@ void cnx__ctl_close(ctl *c)
         free(c->pending[i].text);
     free(c->pending);
     free(c->dirty_tasks);
+    free(c->bases);
     cnx__ctl_batch_dispose(&c->next);
     for (size_t i = 0; i < sizeof(c->digests) / sizeof(c->digests[0]); i++)
         for (ctl_digest *d = c->digests[i], *next; d != NULL; d = next) {
@@ -564,19 +560,35 @@ int cnx__ctl_open(ctl *c, const cnx_controller_opts *opts)
     pthread_mutex_init(&c->mlock, NULL);
     rc = load_roots(c);
     if (rc == 0)
-        rc = ledger_open(c);
+        rc = ctl_ledger_open(c);
     if (rc == 0)
         rc = load_trust(c);
+    if (rc == 0 && opts->key_path == NULL)
+        rc = cnx_error_set(CNX_EINVAL, 0, "the controller needs its signing "
+                           "key (--key)");
+    if (rc == 0)
+        rc = cnx_key_load_private(&c->self, opts->key_path);
+    if (rc == 0) {
+        char id[CNX_DIGEST_LEN];
+        cnx_key_id(c->self, id);
+        for (size_t i = 0; i < c->ntrusted; i++) {
+            char other[CNX_DIGEST_LEN];
+            cnx_key_id(c->trusted[i], other);
+            if (strcmp(id, other) == 0)
+                CNX_WARN("controller", "--trust %s holds the controller's "
+                         "own key: workers holding it could sign decisions "
+                         "(docs/security.md)", c->trusted_names[i]);
+        }
+        CNX_INFO("controller", "signing decisions with %s", id);
+    }
     return rc;
 }
 
 int cnx_controller_run(const cnx_controller_opts *opts)
 {
-    static const char *const topics[] = {CNX_TOPIC_REQUESTS, CNX_TOPIC_EVENTS,
-                                         CNX_TOPIC_LINEAGE};
     struct sigaction sa;
     ctl c;
-    int rc, code = 0;
+    int rc, code = 0, reset = 0;
     double idle_since;
 
     memset(&sa, 0, sizeof(sa));
@@ -588,7 +600,10 @@ int cnx_controller_run(const cnx_controller_opts *opts)
 
     rc = cnx__ctl_open(&c, opts);
     if (rc == 0)
-        rc = cnx_reader_new(&c.reader, &opts->kafka, topics, 3, start_at, &c);
+        rc = cnx_reader_new(&c.reader, &opts->kafka, log_topics, 3, start_at,
+                            &c);
+    if (rc == 0)
+        rc = check_log(&c, &reset);
     if (rc == 0 && !opts->rebuild)
         rc = cnx_producer_new(&c.producer, &opts->kafka);
     if (rc == 0 && opts->metrics_port > 0)
@@ -613,6 +628,8 @@ int cnx_controller_run(const cnx_controller_opts *opts)
     while (!stop_signal) {
         int got = 0;
         rc = apply_batch(&c, 100, &got);
+        if (rc == 0)
+            rc = recheck_log(&c);
         if (rc == 0)
             rc = ctl_decide(&c);
         if (rc != 0) {

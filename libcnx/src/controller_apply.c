@@ -18,6 +18,8 @@
 
 #include "cnx/error.h"
 #include "cnx/log.h"
+#include "cnx/message.h"
+#include "cnx/reprocess.h"
 #include "cnx/task.h"
 #include "cnx/url.h"
 #include "json_int.h"
@@ -72,87 +74,6 @@ static void statement_facts(const json_t *stmt, char stage[40], char box[128],
                             char **subjects);
 static int store_facts(ctl *c, const char *manifest, const ctl_verdict *v);
 
-/* ---- the plan of a request ------------------------------------------------ */
-
-ctl_plan *ctl_plan_get(ctl *c, const char *request)
-{
-    sqlite3_stmt *st;
-    cnx_plan_external *ext = NULL;
-    size_t next = 0;
-    json_t *plan = NULL, *roi = NULL;
-    cnx_workflow *wf = NULL;
-    cnx_plan *p = NULL;
-    cnx_box box;
-    ctl_plan *grown, *out = NULL;
-    char *ext_text = NULL;
-    int rc;
-
-    for (size_t i = 0; i < c->nplans; i++)
-        if (strcmp(c->plans[i].request, request) == 0)
-            return &c->plans[i];
-    st = ctl_stmt(c, "SELECT workflow_json, dataset, roi, plan FROM requests "
-                     "WHERE id = ? AND plan IS NOT NULL");
-    if (st == NULL)
-        return NULL;
-    ctl_bind_text(st, 1, request);
-    if (sqlite3_step(st) != SQLITE_ROW) {
-        cnx_error_set(CNX_ENOTFOUND, 0, "request %s has no plan", request);
-        return NULL;
-    }
-    {
-        const char *wj = (const char *)sqlite3_column_text(st, 0);
-        const char *ds = (const char *)sqlite3_column_text(st, 1);
-        const char *rj = (const char *)sqlite3_column_text(st, 2);
-        const char *pj = (const char *)sqlite3_column_text(st, 3);
-        int64_t lo[3], hi[3];
-        rc = cnx_workflow_parse(&wf, wj, strlen(wj));
-        if (rc == 0)
-            rc = cnx__json_parse(&roi, rj, strlen(rj), CNX_ECORRUPT, "roi");
-        if (rc == 0)
-            rc = cnx__json_ivec(json_object_get(roi, "min"), 3, INT64_MIN / 4,
-                                INT64_MAX / 4, lo, CNX_ECORRUPT, "roi.min");
-        if (rc == 0)
-            rc = cnx__json_ivec(json_object_get(roi, "max"), 3, INT64_MIN / 4,
-                                INT64_MAX / 4, hi, CNX_ECORRUPT, "roi.max");
-        if (rc == 0)
-            rc = cnx__json_parse(&plan, pj, strlen(pj), CNX_ECORRUPT, "plan");
-        if (rc == 0) {
-            ext_text = json_dumps(json_object_get(plan, "externals"),
-                                  JSON_COMPACT | JSON_SORT_KEYS);
-            rc = ext_text ? cnx_plan_externals_from_json(&ext, &next, ext_text,
-                                                         strlen(ext_text))
-                          : cnx_error_set(CNX_ECORRUPT, 0,
-                                          "plan: no externals");
-        }
-        if (rc == 0) {
-            box = cnx_box_make(lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]);
-            rc = cnx_plan_new_with(&p, wf, ds, &box, ext, next);
-        }
-    }
-    if (rc != 0)
-        goto done;
-    grown = realloc(c->plans, (c->nplans + 1) * sizeof(*c->plans));
-    if (grown == NULL) {
-        cnx_error_set(CNX_ENOMEM, 0, "out of memory");
-        goto done;
-    }
-    c->plans = grown;
-    out = &c->plans[c->nplans++];
-    snprintf(out->request, sizeof(out->request), "%s", request);
-    out->wf = wf;
-    out->plan = p;
-    /* The plan points at wf: both now belong to the cache. */
-    wf = NULL;
-    p = NULL;
-done:
-    cnx_plan_free(p);
-    cnx_workflow_free(wf);
-    free(ext);
-    free(ext_text);
-    json_decref(plan);
-    json_decref(roi);
-    return out;
-}
 
 /* ---- requests ------------------------------------------------------------- */
 
@@ -230,6 +151,9 @@ static int apply_request(ctl *c, const json_t *m)
     sqlite3_bind_int(st, 9, json_is_true(reuse));
     ctl_bind_text(st, 10, jstr(m, "submitter"));
     rc = ctl_done(c, st);
+    if (rc == 0 && sqlite3_changes(c->db) == 0)
+        rc = cnx_error_set(CNX_EINVAL, 0, "request %s: the id is taken (a "
+                           "replayed request, or an id used before)", id);
 done:
     free(wj);
     free(rj);
@@ -351,44 +275,59 @@ static int plan_rows(ctl *c, const char *request)
     return rc == 0 ? settle_held_by_request(c, request) : rc;
 }
 
-static int apply_state(ctl *c, const json_t *m, const char *text)
+/*
+ * A request state (the controller's own, signed): parsed and checked by
+ * the one parser of the format, cnx_request_state_parse (cnx-reprocess
+ * reads it with the same), then folded. text: the canonical JSON, kept as
+ * the plan (accepted) or the summary (finished).
+ */
+static int apply_state(ctl *c, const cnx_message *msg, const json_t *m,
+                       const char *text)
 {
-    const char *id = jstr(m, "request"), *type = jstr(m, "type");
-    const char *time = jstr(m, "time");
+    cnx_request_state *rs = NULL;
+    const char *id;
     sqlite3_stmt *st;
     int rc;
 
-    if (id == NULL || type == NULL || !valid_time(time))
-        return bad("request-state", "request, type and time are required");
-    if (strcmp(type, "accepted") == 0) {
-        if (!json_is_array(json_object_get(m, "externals")))
-            return bad("request-state", "externals: must be an array");
+    rc = cnx_request_state_parse(&rs, msg->value, msg->len);
+    if (rc != 0)
+        return rc;
+    id = rs->request;
+    switch (rs->type) {
+    case CNX_STATE_ACCEPTED:
+        if (!json_is_array(json_object_get(m, "externals"))) {
+            rc = bad("request-state", "externals: must be an array");
+            break;
+        }
         st = ctl_stmt(c, "UPDATE requests SET state = 'accepted', "
                          "accepted = ?, plan = ?, tasks = ? WHERE id = ? AND "
                          "state = 'submitted'");
-        if (st == NULL)
-            return CNX_EIO;
-        ctl_bind_text(st, 1, time);
+        if (st == NULL) {
+            rc = CNX_EIO;
+            break;
+        }
+        ctl_bind_text(st, 1, rs->time);
         ctl_bind_text(st, 2, text);
-        sqlite3_bind_int64(st, 3, jint(m, "tasks", 0));
+        sqlite3_bind_int64(st, 3, rs->tasks);
         ctl_bind_text(st, 4, id);
         rc = ctl_done(c, st);
         if (rc == 0 && sqlite3_changes(c->db) == 1)
             rc = plan_rows(c, id);
-        return rc;
-    }
-    if (strcmp(type, "refused") == 0) {
+        break;
+    case CNX_STATE_REFUSED:
         st = ctl_stmt(c, "UPDATE requests SET state = 'refused', "
                          "finished = ?, error = ? WHERE id = ? AND state = "
                          "'submitted'");
-        if (st == NULL)
-            return CNX_EIO;
-        ctl_bind_text(st, 1, time);
-        ctl_bind_text(st, 2, jstr(m, "error"));
+        if (st == NULL) {
+            rc = CNX_EIO;
+            break;
+        }
+        ctl_bind_text(st, 1, rs->time);
+        ctl_bind_text(st, 2, rs->error);
         ctl_bind_text(st, 3, id);
-        return ctl_done(c, st);
-    }
-    if (strcmp(type, "progress") == 0) {
+        rc = ctl_done(c, st);
+        break;
+    case CNX_STATE_PROGRESS:
         /* The newest progress wins, by (time, eta), not the last applied:
          * the live controller applies its decisions as they are
          * acknowledged and reads them back later, behind the others, so
@@ -398,60 +337,67 @@ static int apply_state(ctl *c, const json_t *m, const char *text)
                          "WHERE id = ?5 AND state = 'accepted' AND "
                          "(coalesce(progress_at, ''), coalesce(eta, '')) < "
                          "(?4, coalesce(?1, ''))");
-        if (st == NULL)
-            return CNX_EIO;
-        ctl_bind_text(st, 1, jstr(m, "eta"));
-        ctl_bind_text(st, 2, jstr(m, "slo"));
-        sqlite3_bind_int(st, 3, json_is_true(json_object_get(m, "urgent")));
-        ctl_bind_text(st, 4, time);
+        if (st == NULL) {
+            rc = CNX_EIO;
+            break;
+        }
+        ctl_bind_text(st, 1, rs->eta[0] ? rs->eta : NULL);
+        ctl_bind_text(st, 2, cnx_slo_name(rs->slo));
+        sqlite3_bind_int(st, 3, rs->urgent);
+        ctl_bind_text(st, 4, rs->time);
         ctl_bind_text(st, 5, id);
-        return ctl_done(c, st);
-    }
-    if (strcmp(type, "slo") == 0) {
-        const char *slo = jstr(m, "slo");
-        if (slo == NULL || (strcmp(slo, "at_risk") != 0 &&
-                            strcmp(slo, "missed") != 0 &&
-                            strcmp(slo, "met") != 0))
-            return bad("request-state", "slo: must be at_risk, missed or met");
+        rc = ctl_done(c, st);
+        break;
+    case CNX_STATE_SLO:
+        if (rs->slo == CNX_SLO_OK) {
+            rc = bad("request-state", "slo: must be at_risk, missed or met");
+            break;
+        }
         st = ctl_stmt(c, "INSERT OR IGNORE INTO slo_events(request, type, "
                          "time, eta, deadline) VALUES(?, ?, ?, ?, ?)");
-        if (st == NULL)
-            return CNX_EIO;
+        if (st == NULL) {
+            rc = CNX_EIO;
+            break;
+        }
         ctl_bind_text(st, 1, id);
-        ctl_bind_text(st, 2, slo);
-        ctl_bind_text(st, 3, time);
-        ctl_bind_text(st, 4, jstr(m, "eta"));
-        ctl_bind_text(st, 5, jstr(m, "deadline") ? jstr(m, "deadline") : "");
+        ctl_bind_text(st, 2, cnx_slo_name(rs->slo));
+        ctl_bind_text(st, 3, rs->time);
+        ctl_bind_text(st, 4, rs->eta[0] ? rs->eta : NULL);
+        ctl_bind_text(st, 5, rs->deadline);
         rc = ctl_done(c, st);
         if (rc != 0)
-            return rc;
+            break;
         st = ctl_stmt(c, "UPDATE requests SET slo = ?, urgent = max(urgent, "
                          "? ) WHERE id = ?");
-        if (st == NULL)
-            return CNX_EIO;
-        ctl_bind_text(st, 1, slo);
-        sqlite3_bind_int(st, 2, strcmp(slo, "met") != 0);
+        if (st == NULL) {
+            rc = CNX_EIO;
+            break;
+        }
+        ctl_bind_text(st, 1, cnx_slo_name(rs->slo));
+        sqlite3_bind_int(st, 2, rs->slo != CNX_SLO_MET);
         ctl_bind_text(st, 3, id);
-        return ctl_done(c, st);
-    }
-    if (strcmp(type, "finished") == 0) {
-        const char *outcome = jstr(m, "outcome");
-        if (outcome == NULL ||
-            (strcmp(outcome, "done") != 0 && strcmp(outcome, "failed") != 0))
-            return bad("request-state", "outcome: must be done or failed");
+        rc = ctl_done(c, st);
+        break;
+    case CNX_STATE_FINISHED: {
+        const char *outcome = rs->outcome_failed ? "failed" : "done";
         st = ctl_stmt(c, "UPDATE requests SET state = ?, outcome = ?, "
                          "finished = ?, summary = ? WHERE id = ? AND state = "
                          "'accepted'");
-        if (st == NULL)
-            return CNX_EIO;
+        if (st == NULL) {
+            rc = CNX_EIO;
+            break;
+        }
         ctl_bind_text(st, 1, outcome);
         ctl_bind_text(st, 2, outcome);
-        ctl_bind_text(st, 3, time);
+        ctl_bind_text(st, 3, rs->time);
         ctl_bind_text(st, 4, text);
         ctl_bind_text(st, 5, id);
-        return ctl_done(c, st);
+        rc = ctl_done(c, st);
+        break;
     }
-    return bad("request-state", "type: unknown");
+    }
+    cnx_request_state_free(rs);
+    return rc;
 }
 
 /* ---- releases (the controller's task decisions) ------------------------- */
@@ -465,60 +411,51 @@ static int check_reused(ctl *c, const char *key, const char *manifest,
 static int hold(ctl *c, const cnx_message *msg, const char *request,
                 const char *key, const char *manifest);
 
-static int apply_control(ctl *c, const cnx_message *msg, const json_t *m)
+static int apply_control(ctl *c, const cnx_message *msg)
 {
-    const char *type = jstr(m, "type"), *req = jstr(m, "request");
-    const char *key = jstr(m, "task_key"), *time = jstr(m, "time");
-    const char *lane = jstr(m, "lane"), *manifest = jstr(m, "manifest");
-    int64_t idx = jint(m, "index", -1), attempt = jint(m, "attempt", -1);
-    int reused = type != NULL && strcmp(type, "reused") == 0;
+    cnx_control d;
+    const char *manifest = NULL;
     sqlite3_stmt *st;
     int rc;
 
-    if (type == NULL || (strcmp(type, "released") != 0 &&
-                         strcmp(type, "reused") != 0 &&
-                         strcmp(type, "dead_lettered") != 0))
-        return bad("control", "type: must be released, reused or "
-                              "dead_lettered");
-    if (req == NULL || key == NULL || idx < 0 || attempt < 0 ||
-        !valid_time(time))
-        return bad("control", "request, task_key, index, attempt and time "
-                              "are required");
-    if (reused) {
+    rc = cnx_control_parse(&d, msg->value, msg->len);
+    if (rc != 0)
+        return rc;
+    if (strcmp(d.type, "reused") == 0) {
         /* A reuse names the verified manifest it reuses, of this key. */
         char why[512];
         int verdict;
-        rc = check_reused(c, key, manifest, &verdict, why, sizeof(why));
+        manifest = d.manifest[0] ? d.manifest : NULL;
+        rc = check_reused(c, d.task_key, manifest, &verdict, why,
+                          sizeof(why));
         if (rc != 0)
             return rc;
         if (verdict == CLAIM_WAIT)
-            return hold(c, msg, req, key, manifest);
+            return hold(c, msg, d.request, d.task_key, manifest);
         if (verdict == CLAIM_BAD)
             return cnx_error_set(CNX_EINVAL, 0, "%s", why);
-    } else {
-        manifest = NULL;
     }
     st = ctl_stmt(c, "INSERT OR IGNORE INTO releases(request, idx, attempt, "
                      "type, task_key, lane, time, reason, manifest) VALUES(?, "
                      "?, ?, ?, ?, ?, ?, ?, ?)");
     if (st == NULL)
         return CNX_EIO;
-    ctl_bind_text(st, 1, req);
-    sqlite3_bind_int64(st, 2, idx);
-    sqlite3_bind_int64(st, 3, attempt);
-    ctl_bind_text(st, 4, type);
-    ctl_bind_text(st, 5, key);
-    ctl_bind_text(st, 6, lane ? lane : "bulk");
-    ctl_bind_text(st, 7, time);
-    ctl_bind_text(st, 8, jstr(m, "reason") ? jstr(m, "reason") : "");
+    ctl_bind_text(st, 1, d.request);
+    sqlite3_bind_int64(st, 2, d.index);
+    sqlite3_bind_int64(st, 3, d.attempt);
+    ctl_bind_text(st, 4, d.type);
+    ctl_bind_text(st, 5, d.task_key);
+    ctl_bind_text(st, 6, d.lane);
+    ctl_bind_text(st, 7, d.time);
+    ctl_bind_text(st, 8, d.reason);
     ctl_bind_text(st, 9, manifest);
     rc = ctl_done(c, st);
     if (rc != 0 || sqlite3_changes(c->db) != 1)
         return rc;
-    rc = ctl_touch_task(c, req, idx);
+    rc = ctl_touch_task(c, d.request, d.index);
     /* Successes of this task that waited for its release. */
-    if (rc == 0 && strcmp(type, "released") == 0)
-        rc = settle_held_by_task(c, req, key);
+    if (rc == 0 && strcmp(d.type, "released") == 0)
+        rc = settle_held_by_task(c, d.request, d.task_key);
     return rc;
 }
 
@@ -553,6 +490,7 @@ static int apply_event(ctl *c, const cnx_message *msg, const json_t *m)
     const json_t *timings = json_object_get(m, "timings");
     const json_t *err = json_object_get(m, "error");
     const json_t *viol = json_object_get(m, "violation");
+    const char *run = jstr(m, "run");
     int64_t attempt = jint(m, "attempt", -1), idx;
     int rank;
     sqlite3_stmt *st;
@@ -564,6 +502,8 @@ static int apply_event(ctl *c, const cnx_message *msg, const json_t *m)
                                   "worker and time are required");
     if (attempt < 1)
         return bad("cnx.event/1", "attempt: must be an integer >= 1");
+    if (run != NULL && strlen(run) != 16)
+        return bad("cnx.event/1", "run: must be 16 hex digits");
     rank = strcmp(type, "started") == 0     ? 1
            : strcmp(type, "preempted") == 0 ? 2
            : strcmp(type, "failed") == 0    ? 3
@@ -584,10 +524,13 @@ static int apply_event(ctl *c, const cnx_message *msg, const json_t *m)
         if (verdict == CLAIM_BAD)
             return cnx_error_set(CNX_EINVAL, 0, "%s", why);
     }
-    /* One row per (task, request, attempt, worker); a later state of the
-     * attempt overrides an earlier one (started < preempted < failed <
+    /* One row per (task, request, attempt, worker, run): a worker that
+     * runs the same attempt twice (a redelivery after a refused commit)
+     * reports two runs, each its own row, so both are counted; events
+     * before runs existed have run ''. A later state of the attempt
+     * overrides an earlier one (started < preempted < failed <
      * succeeded), whatever order duplicates arrive in. Of two successes
-     * of one row (the same worker ran the attempt twice), the one with
+     * of one row (events without a run id), the one with
      * the least (finished, manifest) gives the row its figures and
      * manifest: a success may wait in `held` for its manifest, so the
      * order they are applied in is not the log's. */
@@ -602,9 +545,9 @@ static int apply_event(ctl *c, const cnx_message *msg, const json_t *m)
         "INSERT INTO attempts(task_key, request, attempt, worker, stage, "
         "state, started, finished, cpu_s, wall_s, read_s, kernel_s, write_s, "
         "bytes_read, bytes_written, voxels, outputs, manifest, error_code, "
-        "error, retriable) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
-        "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) "
-        "ON CONFLICT(task_key, request, attempt, worker) DO UPDATE SET "
+        "error, retriable, run) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+        "?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?23) "
+        "ON CONFLICT(task_key, request, attempt, worker, run) DO UPDATE SET "
         "started = coalesce(started, excluded.started), "
         "state = CASE WHEN ?22 > (CASE state WHEN 'started' THEN 1 WHEN "
         "'preempted' THEN 2 WHEN 'failed' THEN 3 ELSE 4 END) THEN "
@@ -652,6 +595,7 @@ static int apply_event(ctl *c, const cnx_message *msg, const json_t *m)
                                                               "retriable")));
     }
     sqlite3_bind_int(st, 22, rank);
+    ctl_bind_text(st, 23, run ? run : "");
     rc = ctl_done(c, st);
     if (rc != 0)
         return rc;
@@ -1343,7 +1287,9 @@ static int settle(ctl *c, sqlite3_stmt *st)
         m.value = h[i].text;
         m.len = strlen(h[i].text);
         c->held_again = 0;
+        c->authentic = 1; /* authenticated when it was held */
         rc = ctl_apply_verified(c, &m, NULL);
+        c->authentic = 0;
         if (rc != 0 || c->held_again)
             continue;
         del = ctl_stmt(c, "DELETE FROM held WHERE topic = ? AND partition = "
@@ -1425,9 +1371,78 @@ int ctl_apply(ctl *c, const cnx_message *msg)
     return ctl_apply_verified(c, msg, NULL);
 }
 
+/* Whether msg bears the signature its kind needs: decisions and request
+ * states the controller's own, events a trusted worker's, requests none
+ * (anyone allowed to write cnx.requests may ask; docs/security.md). */
+static int authenticate(ctl *c, const cnx_message *msg, cnx_msg_kind kind)
+{
+    int who = cnx_msg_kind_signer(kind), rc;
+    char why[sizeof(cnx_error_last()->message)];
+    if (who < 0)
+        return 0;
+    rc = who == 1 ? cnx_msg_verify(msg, &c->self, 1, NULL)
+                  : cnx_msg_verify(msg, c->trusted, c->ntrusted, NULL);
+    if (rc == 0 || rc == CNX_ENOMEM)
+        return rc;
+    snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
+    return cnx_error_set(CNX_EDIGEST, 0, "%s: %s", who == 1 ?
+                         "not the controller's" : "not a trusted worker's",
+                         why);
+}
+
+/*
+ * A signed message applies once. The same body again on its topic, at
+ * another position, is a replay, refused with the first one's position.
+ * The controller's own decisions are applied early, before they are read
+ * back (no position), and then read back once: that reading takes the
+ * position. A held claim applied again keeps its position.
+ */
+static int check_replay(ctl *c, const cnx_message *msg)
+{
+    char digest[CNX_DIGEST_LEN];
+    sqlite3_stmt *st;
+
+    cnx_digest(msg->value, msg->len, digest);
+    st = ctl_stmt(c, "SELECT partition, offset FROM seen WHERE digest = ? "
+                     "AND topic = ?");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, digest);
+    ctl_bind_text(st, 2, msg->topic);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        int known = sqlite3_column_type(st, 0) != SQLITE_NULL;
+        int32_t p = sqlite3_column_int(st, 0);
+        int64_t o = sqlite3_column_int64(st, 1);
+        sqlite3_reset(st);
+        if (msg->partition < 0 || (known && p == msg->partition &&
+                                   o == msg->offset))
+            return 0;
+        if (known)
+            return cnx_error_set(CNX_EINVAL, 0, "replay: the same signed "
+                                 "message was applied at %s[%d]@%lld",
+                                 msg->topic, (int)p, (long long)o);
+        st = ctl_stmt(c, "UPDATE seen SET partition = ?, offset = ? WHERE "
+                         "digest = ? AND topic = ?");
+    } else {
+        sqlite3_reset(st);
+        st = ctl_stmt(c, "INSERT INTO seen(partition, offset, digest, topic) "
+                         "VALUES(?, ?, ?, ?)");
+    }
+    if (st == NULL)
+        return CNX_EIO;
+    if (msg->partition >= 0) {
+        sqlite3_bind_int(st, 1, msg->partition);
+        sqlite3_bind_int64(st, 2, msg->offset);
+    }
+    ctl_bind_text(st, 3, digest);
+    ctl_bind_text(st, 4, msg->topic);
+    return ctl_done(c, st);
+}
+
 int ctl_apply_verified(ctl *c, const cnx_message *msg, ctl_verdict *verdict)
 {
     json_t *m = NULL;
+    cnx_msg_kind kind = CNX_MSG_REQUEST;
     const char *schema;
     char *text = NULL;
     int rc;
@@ -1450,23 +1465,27 @@ int ctl_apply_verified(ctl *c, const cnx_message *msg, ctl_verdict *verdict)
     schema = jstr(m, "schema");
     if (schema == NULL)
         rc = bad(msg->topic, "schema: missing");
-    else if (strcmp(msg->topic, CNX_TOPIC_REQUESTS) == 0 &&
-             strcmp(schema, CNX_REQUEST_SCHEMA) == 0)
-        rc = apply_request(c, m);
-    else if (strcmp(msg->topic, CNX_TOPIC_REQUESTS) == 0 &&
-             strcmp(schema, CNX_REQUEST_STATE_SCHEMA) == 0) {
-        text = cnx__json_canonical(m);
-        rc = text ? apply_state(c, m, text)
-                  : cnx_error_set(CNX_ENOMEM, 0, "out of memory");
-    } else if (strcmp(msg->topic, CNX_TOPIC_EVENTS) == 0 &&
-               strcmp(schema, "cnx.event/1") == 0)
-        rc = apply_event(c, msg, m);
-    else if (strcmp(msg->topic, CNX_TOPIC_EVENTS) == 0 &&
-             strcmp(schema, CNX_CONTROL_SCHEMA) == 0)
-        rc = apply_control(c, msg, m);
     else
-        rc = cnx_error_set(CNX_ESCHEMA, 0, "%s: schema '%.64s' does not "
-                           "belong on this topic", msg->topic, schema);
+        rc = cnx_msg_kind_of(msg->topic, schema, &kind);
+    if (rc == 0 && !c->authentic)
+        rc = authenticate(c, msg, kind);
+    if (rc == 0 && cnx_msg_kind_signer(kind) >= 0)
+        rc = check_replay(c, msg);
+    if (rc != 0)
+        ;
+    else if (kind == CNX_MSG_REQUEST)
+        rc = apply_request(c, m);
+    else if (kind == CNX_MSG_REQUEST_STATE) {
+        text = cnx__json_canonical(m);
+        rc = text ? apply_state(c, msg, m, text)
+                  : cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+    } else if (kind == CNX_MSG_EVENT)
+        rc = apply_event(c, msg, m);
+    else if (kind == CNX_MSG_CONTROL)
+        rc = apply_control(c, msg);
+    else
+        rc = cnx_error_set(CNX_ESCHEMA, 0, "%s: the controller does not "
+                           "read %s", msg->topic, schema);
     json_decref(m);
     free(text);
     if (rc == CNX_EIO || rc == CNX_ENOMEM)

@@ -25,7 +25,7 @@ static void help(void)
 {
     printf(
         "usage: cnx-controller --brokers LIST --ledger FILE --trust DIR "
-        "[options]\n\n"
+        "--key FILE [options]\n\n"
         "The single writer of the ledger (SQLite, WAL). Consumes\n"
         "cnx.requests, cnx.events and cnx.lineage; plans each request\n"
         "through its workflow, releases tasks to cnx.tasks.<worker>[.urgent]\n"
@@ -41,9 +41,18 @@ static void help(void)
         "options:\n"
         "  --brokers LIST              Kafka bootstrap servers\n"
         "  --kafka-config FILE         extra librdkafka settings (TLS, SASL)\n"
+        "  --broker-timeout SECONDS    exit 1 once no broker has answered\n"
+        "                              for SECONDS (default 120)\n"
         "  --ledger FILE               the SQLite ledger (created if missing)\n"
-        "  --trust DIR                 trusted Ed25519 public keys (*.pem,\n"
-        "                              *.pub); other files are ignored\n"
+        "  --trust DIR                 the workers' trusted Ed25519 public\n"
+        "                              keys (*.pem, *.pub): manifests, events\n"
+        "                              and dead letters must carry a\n"
+        "                              signature by one; other files ignored\n"
+        "  --key FILE                  the controller's own Ed25519 private\n"
+        "                              key: it signs every decision and\n"
+        "                              request state, and only decisions\n"
+        "                              signed by it are applied (also in\n"
+        "                              --rebuild); docs/security.md\n"
         "  --rebuild                   apply the topics from their start into\n"
         "                              --ledger (a new file), then exit\n"
         "  --price-per-core-hour USD   adds $ per mm3 to the cost reports\n"
@@ -82,6 +91,7 @@ int cnx_controller_parse_args(cnx_controller_opts *opts, int argc,
         O_KCONF,
         O_LEDGER,
         O_TRUST,
+        O_KEY,
         O_REBUILD,
         O_PRICE,
         O_PROGRESS,
@@ -93,13 +103,15 @@ int cnx_controller_parse_args(cnx_controller_opts *opts, int argc,
         O_VERSION,
         O_ROOT,
         O_MAX_TASKS,
-        O_RELEASE_LEASE
+        O_RELEASE_LEASE,
+        O_BROKER_TIMEOUT
     };
     static const struct option longopts[] = {
         {"brokers", required_argument, NULL, O_BROKERS},
         {"kafka-config", required_argument, NULL, O_KCONF},
         {"ledger", required_argument, NULL, O_LEDGER},
         {"trust", required_argument, NULL, O_TRUST},
+        {"key", required_argument, NULL, O_KEY},
         {"rebuild", no_argument, NULL, O_REBUILD},
         {"price-per-core-hour", required_argument, NULL, O_PRICE},
         {"progress", required_argument, NULL, O_PROGRESS},
@@ -110,6 +122,7 @@ int cnx_controller_parse_args(cnx_controller_opts *opts, int argc,
         {"dataset-root", required_argument, NULL, O_ROOT},
         {"max-tasks-per-request", required_argument, NULL, O_MAX_TASKS},
         {"release-lease", required_argument, NULL, O_RELEASE_LEASE},
+        {"broker-timeout", required_argument, NULL, O_BROKER_TIMEOUT},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
@@ -133,6 +146,7 @@ int cnx_controller_parse_args(cnx_controller_opts *opts, int argc,
         case O_KCONF: opts->kafka.config_file = optarg; break;
         case O_LEDGER: opts->ledger = optarg; break;
         case O_TRUST: opts->trust_dir = optarg; break;
+        case O_KEY: opts->key_path = optarg; break;
         case O_REBUILD: opts->rebuild = 1; break;
         case O_PRICE:
             if (cnx_cli_double(optarg, 0, 1e6, &opts->price_per_core_hour))
@@ -185,6 +199,12 @@ int cnx_controller_parse_args(cnx_controller_opts *opts, int argc,
             if (cnx_cli_double(optarg, 0, 86400 * 30, &opts->release_lease_s))
                 return usage_error("bad --release-lease", optarg);
             break;
+        case O_BROKER_TIMEOUT:
+            if (cnx_kafka_broker_timeout_parse(
+                    optarg, &opts->kafka.broker_timeout_s) != 0)
+                return usage_error("bad --broker-timeout (seconds over 0, "
+                                   "at most 86400)", optarg);
+            break;
         case 'q': opts->quiet = 1; break;
         case O_HELP: help(); return 1;
         case O_VERSION: printf("%s\n", cnx_build_describe()); return 1;
@@ -199,6 +219,8 @@ int cnx_controller_parse_args(cnx_controller_opts *opts, int argc,
         return usage_error("missing --ledger", "");
     if (opts->trust_dir == NULL)
         return usage_error("missing --trust", "");
+    if (opts->key_path == NULL)
+        return usage_error("missing --key", "");
     if (opts->quiet)
         cnx_log_set_level(CNX_LOG_WARN);
     return 0;

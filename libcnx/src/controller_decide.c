@@ -16,6 +16,7 @@
 
 #include "cnx/error.h"
 #include "cnx/log.h"
+#include "cnx/message.h"
 #include "cnx/store.h"
 #include "cnx/task.h"
 #include "cnx/url.h"
@@ -54,6 +55,29 @@ static int queue_decision(ctl *c, const char *topic, const char *text)
     return 0;
 }
 
+/* ---- publishing (the controller's key signs every decision) ------------- */
+
+int ctl_publish(ctl *c, const char *topic, const char *key, const char *json,
+                const cnx_kafka_header *headers, size_t nheaders)
+{
+    return cnx_msg_send(c->producer, c->self, topic, key, json, strlen(json),
+                        headers, nheaders);
+}
+
+int ctl_flush(ctl *c)
+{
+    for (int i = 0; i < 3; i++) {
+        if (cnx_producer_flush(c->producer, 30000) == 0)
+            return 0;
+        if (!cnx_error_last()->retriable)
+            return CNX_EIO; /* broker gone past --broker-timeout, or a
+                             * fatal producer: say that */
+        CNX_WARN("controller", "waiting for acknowledgements: %s",
+                 cnx_error_last()->message);
+    }
+    return cnx_error_set(CNX_EIO, 0, "no acknowledgement from the broker");
+}
+
 /* Wait for the broker to acknowledge every decision published so far,
  * then apply the queued ones, in order, in one transaction, through the
  * same code as consumed messages. */
@@ -73,7 +97,9 @@ static int commit_pending(ctl *c)
         m.offset = -1;
         m.value = c->pending[i].text;
         m.len = strlen(c->pending[i].text);
+        c->authentic = 1; /* our own, as published */
         rc = ctl_apply(c, &m);
+        c->authentic = 0;
         if (rc != 0)
             ctl_rollback(c);
     }
@@ -87,11 +113,22 @@ static int commit_pending(ctl *c)
 
 /* Publish doc (consumed) to topic, wait for the acknowledgement, then
  * apply it (with any decision still queued before it). */
+static int decide_text(ctl *c, const char *topic, const char *key,
+                       char *text);
+
 static int decide(ctl *c, const char *topic, const char *key, json_t *doc)
 {
     char *text = cnx__json_canonical(doc);
-    int rc;
     json_decref(doc);
+    return decide_text(c, topic, key, text);
+}
+
+/* The same for a decision already in text (owned, freed; NULL: out of
+ * memory). */
+static int decide_text(ctl *c, const char *topic, const char *key,
+                       char *text)
+{
+    int rc;
     if (text == NULL)
         return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
     rc = ctl_publish(c, topic, key, text, NULL, 0);
@@ -447,18 +484,28 @@ static int lookup(void *arg, const char *role, const char *layer,
     return external_digest(lc->c, layer, object, digest);
 }
 
-static json_t *control_doc(const char *type, const char *request,
-                           const char *stage, int64_t idx, const char *key,
-                           int64_t attempt, const char *lane,
-                           const char *reason)
+/* A decision on task idx of request (cnx/message.h owns the format), as
+ * canonical JSON; NULL when out of memory. manifest: NULL or reused's. */
+static char *control_text(const char *type, const char *request,
+                          const char *stage, int64_t idx, const char *key,
+                          int64_t attempt, const char *lane,
+                          const char *reason, const char *manifest)
 {
-    char now[32];
-    ctl_now_text(now);
-    return json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:I,s:s,s:s,s:s}", "schema",
-                     CNX_CONTROL_SCHEMA, "type", type, "request", request,
-                     "stage", stage, "index", (json_int_t)idx, "task_key",
-                     key, "attempt", (json_int_t)attempt, "lane", lane,
-                     "time", now, "reason", reason);
+    cnx_control d;
+    char *out = NULL;
+    memset(&d, 0, sizeof(d));
+    snprintf(d.type, sizeof(d.type), "%s", type);
+    snprintf(d.request, sizeof(d.request), "%s", request);
+    snprintf(d.stage, sizeof(d.stage), "%s", stage);
+    d.index = idx;
+    snprintf(d.task_key, sizeof(d.task_key), "%s", key);
+    d.attempt = attempt;
+    snprintf(d.lane, sizeof(d.lane), "%s", lane);
+    ctl_now_text(d.time);
+    snprintf(d.reason, sizeof(d.reason), "%s", reason);
+    if (manifest != NULL)
+        snprintf(d.manifest, sizeof(d.manifest), "%s", manifest);
+    return cnx_control_build(&d, &out) == 0 ? out : NULL;
 }
 
 /* Release (or reuse) task idx of request as attempt. */
@@ -492,19 +539,26 @@ static int release(ctl *c, const char *request, const char *deadline,
             return 0; /* storage hiccup: next round */
         /* Without a key the task cannot be named on the events topic;
          * the request's key stands in for it. */
-        return decide(c, CNX_TOPIC_EVENTS, request,
-                      control_doc("dead_lettered", request, ws->name, idx,
-                                  "sha256:0000000000000000000000000000000000"
-                                  "000000000000000000000000000000",
-                                  attempt, "bulk", why));
+        return decide_text(c, CNX_TOPIC_EVENTS, request,
+                           control_text("dead_lettered", request, ws->name,
+                                        idx,
+                                        "sha256:0000000000000000000000000000"
+                                        "000000000000000000000000000000000000",
+                                        attempt, "bulk", why, NULL));
     }
     if (reuse) {
         /* The decision names the verified manifest it reuses: the fold
-         * accepts a `reused` only with one of this task key. */
-        sqlite3_stmt *st = ctl_stmt(c, "SELECT manifest FROM tasks WHERE "
-                                       "task_key = ? AND request != ? AND "
-                                       "state = 'done' AND manifest IS NOT "
-                                       "NULL ORDER BY done_at, request "
+         * accepts a `reused` only with one of this task key. The key does
+         * not name where outputs are stored, so only a task that wrote to
+         * this task's output layer is reused: the same work on another
+         * dataset's copy of the bytes left its outputs elsewhere. */
+        sqlite3_stmt *st = ctl_stmt(c, "SELECT t.manifest FROM tasks t JOIN "
+                                       "stages s ON s.request = t.request "
+                                       "AND s.stage = t.stage WHERE "
+                                       "t.task_key = ? AND t.request != ? "
+                                       "AND t.state = 'done' AND t.manifest "
+                                       "IS NOT NULL AND s.output_layer = ? "
+                                       "ORDER BY t.done_at, t.request "
                                        "LIMIT 1");
         if (st == NULL) {
             rc = CNX_EIO;
@@ -512,12 +566,14 @@ static int release(ctl *c, const char *request, const char *deadline,
         }
         ctl_bind_text(st, 1, task->key);
         ctl_bind_text(st, 2, request);
+        ctl_bind_text(st, 3, task->output_layer);
         if (sqlite3_step(st) == SQLITE_ROW) {
-            json_t *doc =
-                control_doc("reused", request, ws->name, idx, task->key, 0,
-                            "bulk", "--reuse: task key done before");
-            json_object_set_new(doc, "manifest", json_string(col(st, 0)));
-            rc = decide(c, CNX_TOPIC_EVENTS, task->key, doc);
+            char *text = control_text("reused", request, ws->name, idx,
+                                      task->key, 0, "bulk",
+                                      "--reuse: task key done before",
+                                      col(st, 0));
+            sqlite3_reset(st);
+            rc = decide_text(c, CNX_TOPIC_EVENTS, task->key, text);
             goto done;
         }
     }
@@ -529,13 +585,11 @@ static int release(ctl *c, const char *request, const char *deadline,
         /* The release decision first, then the task: when the task's
          * first event reaches the events partition of its key, the
          * release is already there. */
-        json_t *doc = control_doc("released", request, ws->name, idx,
+        char *text = control_text("released", request, ws->name, idx,
                                   task->key, attempt,
-                                  urgent ? "urgent" : "bulk", reason);
-        char *text = cnx__json_canonical(doc);
+                                  urgent ? "urgent" : "bulk", reason, NULL);
         cnx_kafka_header h[] = {{"cnx-attempt", att},
                                 {"cnx-request", request}};
-        json_decref(doc);
         if (text == NULL) {
             rc = cnx_error_set(CNX_ENOMEM, 0, "out of memory");
             goto done;
@@ -607,7 +661,7 @@ static int check_leases(ctl *c, const char *request, const char *deadline,
         int64_t idx, last_attempt, releases, budget;
         char key[CNX_DIGEST_LEN + 8], stage[40];
         double silent;
-        int started;
+        int started, reset;
     } lost_t;
     lost_t lost[64];
     int n = 0, rc = 0;
@@ -626,6 +680,15 @@ static int check_leases(ctl *c, const char *request, const char *deadline,
         (shortest <= 0 || sqlite3_column_double(st, 0) < shortest))
         shortest = sqlite3_column_double(st, 0);
     cnx_rfc3339_format(now - shortest + 1, cutoff);
+    /* Once the log was found reset (controller.c, check_log), a task
+     * released before that is lost at once: its task message may have
+     * gone with the old log. */
+    if (c->log_reset_at > 0) {
+        char reset[32];
+        cnx_rfc3339_format(c->log_reset_at, reset);
+        if (strcmp(reset, cutoff) > 0)
+            memcpy(cutoff, reset, sizeof(cutoff));
+    }
     st = ctl_stmt(
         c, "SELECT t.idx, t.last_seen, t.last_attempt, t.releases, "
            "s.lease_s, s.retry_budget, t.task_key, t.stage, s.worker, "
@@ -646,9 +709,12 @@ static int check_leases(ctl *c, const char *request, const char *deadline,
         int64_t releases = sqlite3_column_int64(st, 3);
         /* Backoff: each re-release waits twice as long again. */
         double backoff = ldexp(1.0, (int)(releases < 10 ? releases : 10) - 1);
-        if (isnan(seen) || (!started && lease <= 0) ||
-            now - seen <= lease + backoff)
+        int reset = c->log_reset_at > 0 && seen < c->log_reset_at;
+        if (isnan(seen) ||
+            (!reset && ((!started && lease <= 0) ||
+                        now - seen <= lease + backoff)))
             continue;
+        lost[n].reset = reset;
         lost[n].idx = sqlite3_column_int64(st, 0);
         lost[n].last_attempt = sqlite3_column_int64(st, 2);
         lost[n].releases = releases;
@@ -657,7 +723,7 @@ static int check_leases(ctl *c, const char *request, const char *deadline,
         lost[n].started = started;
         snprintf(lost[n].key, sizeof(lost[n].key), "%s", col(st, 6));
         snprintf(lost[n].stage, sizeof(lost[n].stage), "%s", col(st, 7));
-        if (!started) {
+        if (!started && !reset) {
             int moving = worker_started_since(c, col(st, 8),
                                               now - c->o->release_lease_s);
             if (moving < 0)
@@ -669,7 +735,12 @@ static int check_leases(ctl *c, const char *request, const char *deadline,
     }
     for (int i = 0; i < n && rc == 0; i++) {
         char why[256];
-        if (lost[i].started)
+        if (lost[i].reset)
+            snprintf(why, sizeof(why),
+                     "lost: the broker's log was reset after the release "
+                     "of attempt %lld",
+                     (long long)lost[i].last_attempt);
+        else if (lost[i].started)
             snprintf(why, sizeof(why),
                      "lost: no event for %.0f s after "
                      "attempt %lld",
@@ -692,11 +763,12 @@ static int check_leases(ctl *c, const char *request, const char *deadline,
                      why, (long long)lost[i].budget);
             CNX_WARN("controller", "task %s of %s: %s", lost[i].key, request,
                      final);
-            rc = decide(c, CNX_TOPIC_EVENTS, lost[i].key,
-                        control_doc("dead_lettered", request, lost[i].stage,
-                                    lost[i].idx, lost[i].key,
-                                    lost[i].last_attempt,
-                                    urgent ? "urgent" : "bulk", final));
+            rc = decide_text(c, CNX_TOPIC_EVENTS, lost[i].key,
+                             control_text("dead_lettered", request,
+                                          lost[i].stage, lost[i].idx,
+                                          lost[i].key, lost[i].last_attempt,
+                                          urgent ? "urgent" : "bulk", final,
+                                          NULL));
         }
     }
     return rc;

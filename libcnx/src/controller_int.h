@@ -47,6 +47,15 @@ typedef struct ctl_pending {
     char *text;
 } ctl_pending;
 
+/* Where a partition's log began again (controller.c, check_log): its
+ * messages are recorded in the ledger at offset + base, so that a new
+ * log's messages do not take the positions of the old one's. */
+typedef struct ctl_base {
+    char topic[128];
+    int32_t partition;
+    int64_t base;
+} ctl_base;
+
 typedef struct ctl_task_ref {
     char request[129];
     int64_t idx;
@@ -64,6 +73,10 @@ typedef struct ctl {
     cnx_key **trusted;
     char **trusted_names;
     size_t ntrusted;
+    cnx_key *self;     /* --key: signs decisions, the only key they may bear */
+    int authentic;     /* the message in hand is known authentic: the
+                        * controller's own decision before it is read
+                        * back, or a claim checked before it was held */
     cnx_consumer *reader;
     cnx_producer *producer;
     ctl_plan *plans;
@@ -79,10 +92,25 @@ typedef struct ctl {
     int held_again;    /* the claim just applied went (back) to `held` */
     double last_progress;
     int64_t applied;   /* messages applied */
+    double log_reset_at; /* when the log was last found reset (a new
+                          * cluster id, or ends below the stored
+                          * positions); tasks released before it are
+                          * released again (check_leases); 0: never */
+    unsigned reconnects; /* cnx_consumer_reconnects of the reader, as
+                          * last checked */
+    double recheck_after; /* cnx_now() before which a failed check of the
+                           * log after a reconnect is not tried again */
+    ctl_base *bases;      /* meta `offset_base/<topic>/<partition>` rows */
+    size_t nbases;
     pthread_mutex_t mlock;
     char *metrics;     /* current Prometheus exposition */
 } ctl;
 
+/* ---- the ledger layer (controller_ledger.c): SQLite, no Kafka ---------- */
+
+/* Open (create, migrate) c->o->ledger into c->db; 0 or CNX_E* (message
+ * set). */
+int ctl_ledger_open(ctl *c);
 /* Prepared statement for sql (a string literal: cached by address),
  * reset and with bindings cleared. NULL on error (logged). */
 sqlite3_stmt *ctl_stmt(ctl *c, const char *sql);
@@ -95,6 +123,8 @@ void ctl_bind_text(sqlite3_stmt *st, int i, const char *text);
 
 /* The plan of an accepted request (cached), or NULL (error set). */
 ctl_plan *ctl_plan_get(ctl *c, const char *request);
+
+/* ---- the fold (controller_apply.c): messages into rows ------------------ */
 
 typedef struct ctl_verdict ctl_verdict;
 void cnx__ctl_batch_dispose(ctl_batch *b);
@@ -136,11 +166,16 @@ int ctl_flush_touched(ctl *c);
 int ctl_commit(ctl *c);
 void ctl_rollback(ctl *c);
 
-/* Publish a JSON document (canonical text) to topic, keyed by key. */
+/* ---- decisions (controller_decide.c): rows into signed messages -------- */
+
+/* Publish a JSON document (canonical text) to topic, keyed by key, signed
+ * with the controller's key. */
 int ctl_publish(ctl *c, const char *topic, const char *key, const char *json,
                 const cnx_kafka_header *headers, size_t nheaders);
 /* Wait for the broker's acknowledgement of everything published. */
 int ctl_flush(ctl *c);
+
+/* ---- the loop (controller.c) ------------------------------------------- */
 
 /* Open the ledger and load the trusted keys (no Kafka); close. For the
  * controller and for tests that replay a log. */

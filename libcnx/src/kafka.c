@@ -38,8 +38,35 @@
 /* How long cnx_kafka_create_topics waits for the controller. */
 #define ADMIN_TIMEOUT_MS 15000
 
+/* How often an unreachable cluster is asked again, and how long for. */
+#define PROBE_EVERY_S 1.0
+#define PROBE_MS 500
+
+/*
+ * Whether the cluster answers. librdkafka retries a lost broker for ever
+ * and tells only its log, so each client keeps its own account: a
+ * connection error (through the error callback: a failed connect, a
+ * dropped connection, "all brokers down") starts the clock, and then,
+ * at most every PROBE_EVERY_S, a metadata request (broker list and the
+ * client's own topics: a few hundred bytes) asks whether any broker
+ * answers; an answer stops the clock. A client whose clock reaches
+ * timeout_s gives up. The probes run only while the clock runs, on the
+ * thread that polls or flushes. Guarded by lock: a producer's error
+ * callback and flushes may run on several threads.
+ */
+typedef struct kafka_watch {
+    pthread_mutex_t lock;
+    double timeout_s;  /* give up after this long without an answer */
+    double down_since; /* cnx_now() of the first unanswered error; 0: up */
+    double next_probe; /* cnx_now() of the next metadata request */
+    unsigned reconnects; /* answers after a down_since */
+    char reason[256];  /* librdkafka's last connection error */
+    char bootstrap[256];
+} kafka_watch;
+
 struct cnx_producer {
     rd_kafka_t *rk;
+    kafka_watch watch;
     pthread_mutex_t lock;  /* guards the fields below */
     size_t failed;         /* deliveries failed since the last flush */
     int fatal;             /* the producer hit a fatal (idempotence) error */
@@ -48,10 +75,117 @@ struct cnx_producer {
 
 struct cnx_consumer {
     rd_kafka_t *rk;
+    kafka_watch watch;
     int paused;   /* partitions assigned while paused are paused too */
     int member;   /* subscribed as a group member (not a reader) */
     int assigned; /* the group has given it an assignment (maybe empty) */
 };
+
+/* ---- is the cluster there? ------------------------------------------- */
+
+int cnx_kafka_broker_timeout_parse(const char *text, double *seconds)
+{
+    char *end = NULL;
+    double v;
+
+    assert(seconds != NULL);
+    errno = 0;
+    v = text != NULL ? strtod(text, &end) : 0;
+    if (text == NULL || end == text || *end != '\0' || errno != 0 ||
+        !(v > 0) || v > CNX_KAFKA_BROKER_TIMEOUT_MAX)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "--broker-timeout '%.64s': want seconds over 0, "
+                             "at most %.0f",
+                             text != NULL ? text : "",
+                             CNX_KAFKA_BROKER_TIMEOUT_MAX);
+    *seconds = v;
+    return 0;
+}
+
+static void watch_init(kafka_watch *w, const cnx_kafka_opts *opts)
+{
+    memset(w, 0, sizeof(*w));
+    pthread_mutex_init(&w->lock, NULL);
+    w->timeout_s = opts != NULL && opts->broker_timeout_s > 0
+                       ? opts->broker_timeout_s
+                       : CNX_KAFKA_BROKER_TIMEOUT_S;
+    snprintf(w->bootstrap, sizeof(w->bootstrap), "%s",
+             opts != NULL && opts->brokers != NULL ? opts->brokers : "?");
+}
+
+static void watch_dispose(kafka_watch *w)
+{
+    pthread_mutex_destroy(&w->lock);
+}
+
+/* An error from librdkafka's error callback: start the clock if it says
+ * a broker could not be reached. */
+static void watch_error(kafka_watch *w, int err, const char *reason)
+{
+    if (err != RD_KAFKA_RESP_ERR__TRANSPORT &&
+        err != RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN &&
+        err != RD_KAFKA_RESP_ERR__RESOLVE &&
+        err != RD_KAFKA_RESP_ERR__TIMED_OUT)
+        return;
+    pthread_mutex_lock(&w->lock);
+    if (w->down_since == 0) {
+        w->down_since = cnx_now();
+        w->next_probe = w->down_since;
+    }
+    snprintf(w->reason, sizeof(w->reason), "%s", reason);
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* The cluster answered (a delivery acknowledged, a probe answered):
+ * stop the clock. */
+static void watch_alive(kafka_watch *w)
+{
+    pthread_mutex_lock(&w->lock);
+    if (w->down_since > 0) {
+        CNX_INFO("kafka", "cluster at %s answers again after %.1f s",
+                 w->bootstrap, cnx_now() - w->down_since);
+        w->down_since = 0;
+        w->reconnects++;
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
+/*
+ * While the clock runs: ask the cluster (at most every PROBE_EVERY_S) and
+ * stop the clock if it answers; give up (if give_up) once it has run
+ * timeout_s.
+ * @return 0; CNX_EIO, not retriable, naming the bootstrap list and the
+ *         last connection error.
+ */
+static int watch_check(kafka_watch *w, rd_kafka_t *rk, int give_up)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    double down, now = cnx_now();
+    int due;
+
+    pthread_mutex_lock(&w->lock);
+    down = w->down_since;
+    due = down > 0 && now >= w->next_probe;
+    if (due)
+        w->next_probe = now + PROBE_EVERY_S;
+    pthread_mutex_unlock(&w->lock);
+    if (down == 0)
+        return 0;
+    if (due && rd_kafka_metadata(rk, 0, NULL, &md, PROBE_MS) ==
+                   RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_metadata_destroy(md);
+        watch_alive(w);
+        return 0;
+    }
+    if (!give_up || cnx_now() - down < w->timeout_s)
+        return 0;
+    pthread_mutex_lock(&w->lock);
+    cnx_error_set(CNX_EIO, 0, "broker unreachable for %g s (bootstrap %s): %s",
+                  w->timeout_s, w->bootstrap,
+                  w->reason[0] != '\0' ? w->reason : "no answer");
+    pthread_mutex_unlock(&w->lock);
+    return CNX_EIO;
+}
 
 /* ---- configuration ---------------------------------------------------- */
 
@@ -258,8 +392,10 @@ static void producer_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *rkm,
 {
     cnx_producer *producer = opaque;
     (void)rk;
-    if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+    if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        watch_alive(&producer->watch); /* the cluster acknowledged it */
         return;
+    }
     pthread_mutex_lock(&producer->lock);
     if (producer->failed == 0)
         snprintf(producer->first_error, sizeof(producer->first_error),
@@ -276,6 +412,7 @@ static void producer_error_cb(rd_kafka_t *rk, int err, const char *reason,
     cnx_producer *producer = opaque;
     char fatal[256];
 
+    watch_error(&producer->watch, err, reason);
     if (err != RD_KAFKA_RESP_ERR__FATAL) {
         /* librdkafka logs each connection failure itself; say once when
          * no broker at all can be reached. */
@@ -321,6 +458,7 @@ int cnx_producer_new(cnx_producer **out, const cnx_kafka_opts *opts)
     if (producer == NULL)
         return cnx_error_set(CNX_ENOMEM, 0, "kafka producer: out of memory");
     pthread_mutex_init(&producer->lock, NULL);
+    watch_init(&producer->watch, opts);
     rc = conf_new(&conf, opts, defaults);
     if (rc != 0)
         goto done;
@@ -362,6 +500,7 @@ void cnx_producer_free(cnx_producer *producer)
         rd_kafka_destroy(producer->rk);
     }
     pthread_mutex_destroy(&producer->lock);
+    watch_dispose(&producer->watch);
     free(producer);
 }
 
@@ -421,7 +560,20 @@ int cnx_producer_flush(cnx_producer *producer, int timeout_ms)
     int fatal;
 
     assert(producer != NULL);
-    err = rd_kafka_flush(producer->rk, timeout_ms);
+    /* In slices, so that a cluster gone for broker_timeout_s ends the
+     * wait (the slices serve the error callback that starts the clock). */
+    for (double until = cnx_now() + timeout_ms / 1000.0;;) {
+        double left = until - cnx_now();
+        int rc;
+        err = rd_kafka_flush(producer->rk,
+                             left <= 0 ? 0 : left < 1.0 ? (int)(left * 1000)
+                                                        : 1000);
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR || left <= 0)
+            break;
+        rc = watch_check(&producer->watch, producer->rk, 1);
+        if (rc != 0)
+            return rc;
+    }
     pthread_mutex_lock(&producer->lock);
     failed = producer->failed;
     fatal = producer->fatal;
@@ -490,6 +642,20 @@ static void consumer_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                             "incremental unassign");
     else
         rd_kafka_assign(rk, NULL);
+}
+
+/* Errors not tied to a message (consumer errors come out of poll): as
+ * for producers, librdkafka logs each connection failure itself. */
+static void consumer_error_cb(rd_kafka_t *rk, int err, const char *reason,
+                              void *opaque)
+{
+    cnx_consumer *consumer = opaque;
+    (void)rk;
+    watch_error(&consumer->watch, err, reason);
+    if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
+        CNX_WARN("kafka", "consumer: %s", reason);
+    else
+        CNX_DEBUG("kafka", "consumer: %s", reason);
 }
 
 /*
@@ -576,6 +742,7 @@ int cnx_consumer_new(cnx_consumer **out, const cnx_kafka_opts *opts,
     consumer = calloc(1, sizeof(*consumer));
     if (consumer == NULL)
         return cnx_error_set(CNX_ENOMEM, 0, "kafka consumer: out of memory");
+    watch_init(&consumer->watch, opts);
     rc = consumer_conf_new(&conf, opts, group, 1);
     if (rc == 0 && instance != NULL)
         rc = conf_set(conf, "group.instance.id", instance);
@@ -587,6 +754,7 @@ int cnx_consumer_new(cnx_consumer **out, const cnx_kafka_opts *opts,
         goto done;
     rd_kafka_conf_set_opaque(conf, consumer);
     rd_kafka_conf_set_rebalance_cb(conf, consumer_rebalance_cb);
+    rd_kafka_conf_set_error_cb(conf, consumer_error_cb);
     rc = kafka_new(&consumer->rk, RD_KAFKA_CONSUMER, conf, "consumer");
     conf = NULL;
     if (rc != 0)
@@ -703,6 +871,7 @@ void cnx_consumer_close(cnx_consumer *consumer, double deadline)
         else
             rd_kafka_destroy(consumer->rk);
     }
+    watch_dispose(&consumer->watch);
     free(consumer);
 }
 
@@ -720,8 +889,10 @@ int cnx_consumer_poll(cnx_consumer *consumer, int timeout_ms, cnx_message **out)
     assert(consumer != NULL && out != NULL);
     *out = NULL;
     rkm = rd_kafka_consumer_poll(consumer->rk, timeout_ms);
+    /* Messages prefetched before the cluster went away are handed out
+     * first; only an empty poll asks whether it is still gone. */
     if (rkm == NULL)
-        return 0;
+        return watch_check(&consumer->watch, consumer->rk, 1);
     if (rkm->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
         rd_kafka_message_destroy(rkm);
         return 0;
@@ -732,6 +903,11 @@ int cnx_consumer_poll(cnx_consumer *consumer, int timeout_ms, cnx_message **out)
         return cnx_error_set(CNX_EIO, 0, "kafka consumer failed: %s", fatal);
     }
     if (rkm->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        watch_error(&consumer->watch, rkm->err, rd_kafka_message_errstr(rkm));
+        if (watch_check(&consumer->watch, consumer->rk, 1) != 0) {
+            rd_kafka_message_destroy(rkm);
+            return CNX_EIO;
+        }
         cnx_error_set(CNX_EIO, 1, "kafka consumer: %s%s%s",
                       rd_kafka_message_errstr(rkm),
                       rkm->rkt != NULL ? " on " : "",
@@ -739,6 +915,10 @@ int cnx_consumer_poll(cnx_consumer *consumer, int timeout_ms, cnx_message **out)
         rd_kafka_message_destroy(rkm);
         return CNX_EIO;
     }
+    /* A message may have been prefetched before the cluster went away:
+     * it proves nothing, but keeps the clock honest while messages flow
+     * (never giving up with a message in hand). */
+    watch_check(&consumer->watch, consumer->rk, 0);
     msg = calloc(1, sizeof(*msg));
     if (msg == NULL) {
         /* The message is redelivered: its offset was never committed. */
@@ -780,13 +960,24 @@ const char *cnx_message_header(const cnx_message *msg, const char *name,
     size_t size = 0;
 
     assert(msg != NULL && name != NULL && buf != NULL && n > 0);
-    if (rd_kafka_message_headers(msg->handle_, &hdrs) !=
-        RD_KAFKA_RESP_ERR_NO_ERROR)
-        return NULL;
-    /* The last one wins, as in Kafka's own clients. */
-    if (rd_kafka_header_get_last(hdrs, name, &value, &size) !=
-        RD_KAFKA_RESP_ERR_NO_ERROR)
-        return NULL;
+    if (msg->handle_ == NULL) {
+        /* A message made by the caller: its own headers. */
+        for (size_t i = msg->nheaders; i > 0 && value == NULL; i--)
+            if (strcmp(msg->headers[i - 1].name, name) == 0) {
+                value = msg->headers[i - 1].value;
+                size = strlen(msg->headers[i - 1].value);
+            }
+        if (value == NULL)
+            return NULL;
+    } else {
+        if (rd_kafka_message_headers(msg->handle_, &hdrs) !=
+            RD_KAFKA_RESP_ERR_NO_ERROR)
+            return NULL;
+        /* The last one wins, as in Kafka's own clients. */
+        if (rd_kafka_header_get_last(hdrs, name, &value, &size) !=
+            RD_KAFKA_RESP_ERR_NO_ERROR)
+            return NULL;
+    }
     if (size >= n || (size > 0 && memchr(value, '\0', size) != NULL)) {
         cnx_error_set(CNX_ETOOBIG, 0, "header %s: %zu bytes, room for %zu",
                       name, size, n - 1);
@@ -1080,12 +1271,15 @@ int cnx_reader_new(cnx_consumer **out, const cnx_kafka_opts *opts,
     consumer = calloc(1, sizeof(*consumer));
     if (consumer == NULL)
         return cnx_error_set(CNX_ENOMEM, 0, "kafka reader: out of memory");
+    watch_init(&consumer->watch, opts);
     /* librdkafka wants a group id for a consumer; a reader never joins or
      * commits to it. */
     snprintf(group, sizeof(group), "cnx.reader.%ld", (long)getpid());
     rc = consumer_conf_new(&conf, opts, group, 0);
     if (rc != 0)
         goto done;
+    rd_kafka_conf_set_opaque(conf, consumer);
+    rd_kafka_conf_set_error_cb(conf, consumer_error_cb);
     rc = kafka_new(&consumer->rk, RD_KAFKA_CONSUMER, conf, "reader");
     conf = NULL;
     if (rc != 0)
@@ -1170,5 +1364,36 @@ int cnx_reader_ends(cnx_consumer *reader, cnx_position **out, size_t *n,
 done:
     free(pos);
     rd_kafka_topic_partition_list_destroy(parts);
+    return rc;
+}
+
+unsigned cnx_consumer_reconnects(cnx_consumer *consumer)
+{
+    unsigned n;
+    assert(consumer != NULL);
+    pthread_mutex_lock(&consumer->watch.lock);
+    n = consumer->watch.reconnects;
+    pthread_mutex_unlock(&consumer->watch.lock);
+    return n;
+}
+
+int cnx_consumer_cluster_id(cnx_consumer *consumer, char *buf, size_t n,
+                            int timeout_ms)
+{
+    char *id;
+    int rc = 0;
+
+    assert(consumer != NULL && buf != NULL && n > 0);
+    id = rd_kafka_clusterid(consumer->rk, timeout_ms);
+    if (id == NULL || id[0] == '\0')
+        rc = cnx_error_set(CNX_EIO, 1, "kafka: no cluster id from %s within "
+                           "%d ms", consumer->watch.bootstrap, timeout_ms);
+    else if (strlen(id) >= n)
+        rc = cnx_error_set(CNX_ERANGE, 0, "kafka: cluster id of %zu bytes",
+                           strlen(id));
+    else
+        snprintf(buf, n, "%s", id);
+    if (id != NULL)
+        rd_kafka_mem_free(consumer->rk, id);
     return rc;
 }

@@ -18,9 +18,11 @@
  *   revision 2: releases.manifest (what a `reused` decision reuses), the
  *               `held` and `manifest_facts` tables, the attempts_by_stage
  *               index.
+ *   revision 3: attempts.run (each execution of an attempt its own row),
+ *               the `seen` table (signed messages applied, for replays).
  */
 #define CNX_LEDGER_SCHEMA_VERSION 1
-#define CNX_LEDGER_SCHEMA_REVISION 2
+#define CNX_LEDGER_SCHEMA_REVISION 3
 
 static const char ledger_schema_sql[] =
     "CREATE TABLE IF NOT EXISTS meta(\n"
@@ -84,16 +86,21 @@ static const char ledger_schema_sql[] =
     "CREATE TABLE IF NOT EXISTS attempts(\n"
     "  task_key TEXT NOT NULL, request TEXT NOT NULL,\n"
     "  attempt INTEGER NOT NULL, worker TEXT NOT NULL,\n"
+    "  run TEXT NOT NULL DEFAULT '',\n"
     "  stage TEXT NOT NULL, state TEXT NOT NULL,\n"
     "  started TEXT, finished TEXT,\n"
     "  cpu_s REAL, wall_s REAL, read_s REAL, kernel_s REAL, write_s REAL,\n"
     "  bytes_read INTEGER, bytes_written INTEGER, voxels INTEGER,\n"
     "  outputs INTEGER, manifest TEXT,\n"
     "  error_code TEXT, error TEXT, retriable INTEGER,\n"
-    "  PRIMARY KEY(task_key, request, attempt, worker)) WITHOUT ROWID;\n"
+    "  PRIMARY KEY(task_key, request, attempt, worker, run)) WITHOUT ROWID;\n"
     "CREATE INDEX IF NOT EXISTS attempts_by_manifest ON attempts(manifest);\n"
     "CREATE INDEX IF NOT EXISTS attempts_by_stage ON attempts(stage,\n"
     "  started);\n"
+    "CREATE TABLE IF NOT EXISTS seen(\n"
+    "  digest TEXT NOT NULL, topic TEXT NOT NULL,\n"
+    "  partition INTEGER, offset INTEGER,\n"
+    "  PRIMARY KEY(digest, topic)) WITHOUT ROWID;\n"
     "CREATE TABLE IF NOT EXISTS held(\n"
     "  topic TEXT NOT NULL, partition INTEGER NOT NULL,\n"
     "  offset INTEGER NOT NULL, request TEXT NOT NULL,\n"
@@ -167,6 +174,31 @@ static const char *const ledger_migrate_sql[CNX_LEDGER_SCHEMA_REVISION] = {
     "  WHERE t.task_key = releases.task_key AND t.request != releases.request\n"
     "  AND t.state = 'done' AND t.manifest IS NOT NULL\n"
     "  ORDER BY t.done_at, t.request LIMIT 1) WHERE type = 'reused';\n",
+    /* 2 -> 3: attempts gains `run` in its key (rows before have run '').
+     * Copied out and back, not renamed: the stage_costs view names it.
+     * The key's columns lead the table: SQLite 3.40's integrity_check
+     * misreads a WITHOUT ROWID table whose key is not a prefix. */
+    "CREATE TEMP TABLE attempts_r2 AS SELECT * FROM attempts;\n"
+    "DROP TABLE attempts;\n"
+    "CREATE TABLE attempts(\n"
+    "  task_key TEXT NOT NULL, request TEXT NOT NULL,\n"
+    "  attempt INTEGER NOT NULL, worker TEXT NOT NULL,\n"
+    "  run TEXT NOT NULL DEFAULT '',\n"
+    "  stage TEXT NOT NULL, state TEXT NOT NULL,\n"
+    "  started TEXT, finished TEXT,\n"
+    "  cpu_s REAL, wall_s REAL, read_s REAL, kernel_s REAL, write_s REAL,\n"
+    "  bytes_read INTEGER, bytes_written INTEGER, voxels INTEGER,\n"
+    "  outputs INTEGER, manifest TEXT,\n"
+    "  error_code TEXT, error TEXT, retriable INTEGER,\n"
+    "  PRIMARY KEY(task_key, request, attempt, worker, run)) WITHOUT ROWID;\n"
+    "INSERT INTO attempts SELECT task_key, request, attempt, worker, '',\n"
+    "  stage, state, started, finished, cpu_s, wall_s, read_s, kernel_s,\n"
+    "  write_s, bytes_read, bytes_written, voxels, outputs, manifest,\n"
+    "  error_code, error, retriable FROM attempts_r2;\n"
+    "DROP TABLE attempts_r2;\n"
+    "CREATE INDEX IF NOT EXISTS attempts_by_manifest ON attempts(manifest);\n"
+    "CREATE INDEX IF NOT EXISTS attempts_by_stage ON attempts(stage,\n"
+    "  started);\n",
 };
 
 #endif

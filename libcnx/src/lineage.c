@@ -628,13 +628,31 @@ static int check_type(const char *type)
     return 0;
 }
 
+/* key's Ed25519 signature of msg (64 bytes) into sig. */
+static int ed25519_sign(const cnx_key *key, const uint8_t *msg, size_t len,
+                        uint8_t sig[ED25519_SIG_LEN], size_t *sig_len)
+{
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    char why[160];
+    int rc = 0;
+    *sig_len = ED25519_SIG_LEN;
+    if (md == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "dsse: out of memory");
+    if (EVP_DigestSignInit(md, NULL, NULL, NULL, key->pkey) != 1 ||
+        EVP_DigestSign(md, sig, sig_len, msg, len) != 1 ||
+        *sig_len != ED25519_SIG_LEN)
+        rc = cnx_error_set(CNX_ENOMEM, 0, "dsse: Ed25519 signing failed: %s",
+                           ossl_reason(why, sizeof(why)));
+    EVP_MD_CTX_free(md);
+    return rc;
+}
+
 int cnx_dsse_sign(const cnx_key *key, const char *type, const void *body,
                   size_t len, char **envelope)
 {
-    EVP_MD_CTX *md = NULL;
     uint8_t *pae = NULL, sig[ED25519_SIG_LEN];
     size_t pae_len = 0, sig_len = sizeof(sig);
-    char *payload_b64 = NULL, *sig_b64 = NULL, why[160];
+    char *payload_b64 = NULL, *sig_b64 = NULL;
     json_t *env = NULL;
     int rc;
 
@@ -656,18 +674,9 @@ int cnx_dsse_sign(const cnx_key *key, const char *type, const void *body,
     rc = cnx_dsse_pae(type, body, len, &pae, &pae_len);
     if (rc != 0)
         return rc;
-    md = EVP_MD_CTX_new();
-    if (md == NULL) {
-        rc = cnx_error_set(CNX_ENOMEM, 0, "dsse: out of memory");
+    rc = ed25519_sign(key, pae, pae_len, sig, &sig_len);
+    if (rc != 0)
         goto done;
-    }
-    if (EVP_DigestSignInit(md, NULL, NULL, NULL, key->pkey) != 1 ||
-        EVP_DigestSign(md, sig, &sig_len, pae, pae_len) != 1 ||
-        sig_len != ED25519_SIG_LEN) {
-        rc = cnx_error_set(CNX_ENOMEM, 0, "dsse: Ed25519 signing failed: %s",
-                           ossl_reason(why, sizeof(why)));
-        goto done;
-    }
     payload_b64 = cnx_base64_encode(body, len);
     sig_b64 = cnx_base64_encode(sig, sig_len);
     if (payload_b64 == NULL || sig_b64 == NULL) {
@@ -694,7 +703,6 @@ done:
     free(payload_b64);
     free(sig_b64);
     free(pae);
-    EVP_MD_CTX_free(md);
     return rc;
 }
 
@@ -935,6 +943,76 @@ static int json_fields(const char *envelope, size_t len, json_t **envp,
             return rc; /* an empty one is refused while decoding, in order */
     }
     return 0;
+}
+
+int cnx_dsse_sign_detached(const cnx_key *key, const char *type,
+                           const void *body, size_t len,
+                           char sig[CNX_DSSE_SIG_MAX])
+{
+    uint8_t *pae = NULL, raw[ED25519_SIG_LEN];
+    size_t pae_len = 0, raw_len = 0;
+    char *b64;
+    int rc;
+
+    sig[0] = '\0';
+    if (!key->has_private)
+        return cnx_error_set(
+            CNX_EINVAL, 0,
+            "dsse: key %s is a public key; signing needs the private key",
+            key->id);
+    rc = check_type(type);
+    if (rc == 0)
+        rc = cnx_dsse_pae(type, body, len, &pae, &pae_len);
+    if (rc == 0)
+        rc = ed25519_sign(key, pae, pae_len, raw, &raw_len);
+    free(pae);
+    if (rc != 0)
+        return rc;
+    b64 = cnx_base64_encode(raw, raw_len);
+    if (b64 == NULL)
+        return cnx_error_last()->code;
+    assert(strlen(b64) < CNX_DSSE_SIG_MAX);
+    snprintf(sig, CNX_DSSE_SIG_MAX, "%s", b64);
+    free(b64);
+    return 0;
+}
+
+int cnx_dsse_verify_detached(const char *type, const void *body, size_t len,
+                             const char *sig, cnx_key *const *trusted,
+                             size_t ntrusted, int *signer)
+{
+    uint8_t *pae = NULL, *raw = NULL;
+    size_t pae_len = 0, raw_len = 0;
+    int rc, ok = 0;
+
+    if (signer != NULL)
+        *signer = -1;
+    if (ntrusted == 0)
+        return cnx_error_set(CNX_EINVAL, 0, "dsse: no trusted keys");
+    if (strlen(sig) >= CNX_DSSE_SIG_MAX ||
+        cnx_base64_decode(sig, strlen(sig), &raw, &raw_len) != 0) {
+        free(raw);
+        if (cnx_error_last()->code == CNX_ENOMEM)
+            return CNX_ENOMEM;
+        return cnx_error_set(CNX_ESCHEMA, 0, "signature: not base64");
+    }
+    rc = cnx_dsse_pae(type, body, len, &pae, &pae_len);
+    for (size_t i = 0; rc == 0 && i < ntrusted && !ok; i++) {
+        int v = ed25519_verify(trusted[i], pae, pae_len, raw, raw_len);
+        if (v < 0)
+            rc = v;
+        else if (v == 1) {
+            ok = 1;
+            if (signer != NULL)
+                *signer = (int)i;
+        }
+    }
+    free(pae);
+    free(raw);
+    if (rc == 0 && !ok)
+        rc = cnx_error_set(CNX_EDIGEST, 0, "signature: no trusted key "
+                           "verifies it");
+    return rc;
 }
 
 int cnx_dsse_verify(const char *envelope, size_t len, cnx_key *const *trusted,

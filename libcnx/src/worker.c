@@ -24,12 +24,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cnx/error.h"
 #include "cnx/json.h"
 #include "cnx/lineage.h"
+#include "cnx/message.h"
 #include "cnx/store.h"
 #include "cnx/log.h"
 #include "json_int.h"
@@ -38,6 +40,7 @@
 #define PENDING_MAX 64
 #define PENDING_PAUSE 4
 #define ACK_TIMEOUT_MS 30000
+#define RETRY_BACKOFF_MAX_S 30.0
 
 static volatile sig_atomic_t stop_signal;
 
@@ -53,6 +56,7 @@ typedef struct worker {
     cnx_producer *producer;
     cnx_consumer *lanes[2]; /* 0: urgent, 1: bulk */
     cnx_key *key;
+    cnx_key *controller; /* --controller-key, or NULL */
     cnx_metrics metrics;
     atomic_int stop_metrics;
     cnx_message *pending[PENDING_MAX];
@@ -61,6 +65,8 @@ typedef struct worker {
     int paused;     /* both lanes paused while a task runs */
     double stop_at; /* when SIGTERM was seen, 0 if not */
     int64_t done;
+    char broker_lost[512]; /* set when the broker stayed unreachable past
+                            * --broker-timeout: exit 1 with this line */
 } worker;
 
 /* The kernel thread's job. */
@@ -136,29 +142,6 @@ static void *run_job(void *arg)
 
 /* ---- messages out ---------------------------------------------------- */
 
-static json_t *build_json(void)
-{
-    json_t *b = json_object();
-    json_object_set_new(b, "commit", json_string(cnx_build_commit()));
-    json_object_set_new(b, "dirty", json_boolean(cnx_build_dirty()));
-    json_object_set_new(b, "describe", json_string(cnx_build_describe()));
-    return b;
-}
-
-static json_t *roi_json(const cnx_box *b)
-{
-    return json_pack("{s:[III],s:[III]}", "min", (json_int_t)b->min[0],
-                     (json_int_t)b->min[1], (json_int_t)b->min[2], "max",
-                     (json_int_t)b->max[0], (json_int_t)b->max[1],
-                     (json_int_t)b->max[2]);
-}
-
-static json_t *error_json(const cnx_error *e)
-{
-    return json_pack("{s:s,s:s,s:b}", "code", cnx_error_name(e->code),
-                     "message", e->message, "retriable", e->retriable);
-}
-
 /* Wall-clock time (Unix seconds) for timestamps in events and manifests;
  * the monotonic cnx_now() measures the grace period and backoff. */
 static double wall_now(void)
@@ -173,18 +156,14 @@ static void now_rfc3339(char out[32])
     cnx_rfc3339_format(wall_now(), out);
 }
 
-/* Send a JSON document (consumed) to topic, keyed by key. */
-static int send_json(worker *w, const char *topic, const char *key,
-                     json_t *doc, const cnx_kafka_header *headers,
-                     size_t nheaders)
+/* Send text (owned, freed) to topic, keyed by key, signed with the
+ * worker's key (docs/security.md). */
+static int send_signed(worker *w, const char *topic, const char *key,
+                       char *text, const cnx_kafka_header *headers,
+                       size_t nheaders)
 {
-    char *text = doc ? cnx__json_canonical(doc) : NULL;
-    int rc;
-    json_decref(doc);
-    if (text == NULL)
-        return cnx_error_set(CNX_ENOMEM, 0, "out of memory for a message");
-    rc = cnx_producer_send(w->producer, topic, key, text, strlen(text),
-                           headers, nheaders);
+    int rc = cnx_msg_send(w->producer, w->key, topic, key, text,
+                          strlen(text), headers, nheaders);
     free(text);
     return rc;
 }
@@ -197,58 +176,70 @@ typedef struct attempt_info {
     const cnx_stage_io *io;
     double cpu_s;
     const cnx_store_conflict_info *conflict; /* NULL or a refused write */
+    char run[17]; /* this execution of the attempt, 16 hex */
 } attempt_info;
+
+/* A fresh run id: 64 random bits, hex. */
+static void new_run(char run[17])
+{
+    uint64_t r = 0;
+    if (getentropy(&r, sizeof(r)) != 0)
+        r = (uint64_t)getpid() << 32 ^ (uint64_t)(wall_now() * 1e6);
+    snprintf(run, 17, "%016llx", (unsigned long long)r);
+}
 
 static int send_event(worker *w, const char *type, const attempt_info *a,
                       const cnx_error *err, const char *manifest)
 {
-    char when[32];
-    json_t *ev;
+    char when[32], *text = NULL, *url = NULL;
+    cnx_event ev;
+    int rc;
+
+    memset(&ev, 0, sizeof(ev));
     now_rfc3339(when);
-    ev = json_pack("{s:s,s:s,s:s,s:s,s:s,s:i,s:s,s:s,s:o}", "schema",
-                   "cnx.event/1", "type", type, "stage", w->stage->name,
-                   "task_key", a->task->key, "request", a->task->request,
-                   "attempt", a->attempt, "worker", w->opts->instance, "time",
-                   when, "roi", roi_json(&a->task->roi));
-    if (ev == NULL)
-        return cnx_error_set(CNX_ENOMEM, 0, "out of memory for an event");
+    ev.type = type;
+    ev.stage = w->stage->name;
+    ev.task_key = a->task->key;
+    ev.request = a->task->request;
+    ev.attempt = a->attempt;
+    ev.worker = w->opts->instance;
+    ev.run = a->run;
+    ev.time = when;
+    ev.roi = a->task->roi;
     if (a->io != NULL && strcmp(type, "started") != 0) {
         const cnx_stage_io *io = a->io;
         double total = a->finished - a->started;
         double kernel = total - io->read_s - io->write_s;
-        json_object_set_new(
-            ev, "timings",
-            json_pack("{s:f,s:f,s:f,s:f}", "read_s", io->read_s, "kernel_s",
-                      kernel > 0 ? kernel : 0.0, "write_s", io->write_s,
-                      "total_s", total));
-        json_object_set_new(ev, "bytes_read",
-                            json_integer((json_int_t)io->bytes_read));
-        json_object_set_new(ev, "bytes_written",
-                            json_integer((json_int_t)io->bytes_written));
-        json_object_set_new(ev, "voxels", json_integer(io->voxels));
-        json_object_set_new(ev, "cpu_s", json_real(a->cpu_s));
-        json_object_set_new(ev, "outputs",
-                            json_integer((json_int_t)io->written.count));
+        ev.has_io = 1;
+        ev.read_s = io->read_s;
+        ev.kernel_s = kernel > 0 ? kernel : 0.0;
+        ev.write_s = io->write_s;
+        ev.total_s = total;
+        ev.cpu_s = a->cpu_s;
+        ev.bytes_read = (int64_t)io->bytes_read;
+        ev.bytes_written = (int64_t)io->bytes_written;
+        ev.voxels = io->voxels;
+        ev.outputs = (int64_t)io->written.count;
     }
-    if (err != NULL)
-        json_object_set_new(ev, "error", error_json(err));
+    ev.error = err;
     if (a->conflict != NULL && a->conflict->valid) {
         size_t n = strlen(a->task->output_layer) +
                    strlen(a->conflict->name) + 2;
-        char *url = malloc(n);
+        url = malloc(n);
         if (url != NULL) {
             snprintf(url, n, "%s/%s", a->task->output_layer,
                      a->conflict->name);
-            json_object_set_new(
-                ev, "violation",
-                json_pack("{s:s,s:s,s:s}", "object", url, "stored",
-                          a->conflict->stored, "got", a->conflict->got));
-            free(url);
+            ev.violation_object = url;
+            ev.violation_stored = a->conflict->stored;
+            ev.violation_got = a->conflict->got;
         }
     }
-    if (manifest != NULL)
-        json_object_set_new(ev, "manifest", json_string(manifest));
-    return send_json(w, CNX_TOPIC_EVENTS, a->task->key, ev, NULL, 0);
+    ev.manifest = manifest;
+    rc = cnx_event_build(&ev, &text);
+    free(url);
+    if (rc != 0)
+        return rc;
+    return send_signed(w, CNX_TOPIC_EVENTS, a->task->key, text, NULL, 0);
 }
 
 static int cmp_artifact(const void *a, const void *b)
@@ -355,58 +346,36 @@ done:
 static int send_dlq(worker *w, const cnx_message *msg, const cnx_task *task,
                     const cnx_error *err, int attempts)
 {
-    char when[32], offset[32], partition[16];
-    json_t *doc;
+    char when[32], offset[32], partition[16], *tj = NULL, *text = NULL;
+    cnx_dead_letter dl;
+    int rc = 0;
+
     now_rfc3339(when);
     snprintf(offset, sizeof(offset), "%lld", (long long)msg->offset);
     snprintf(partition, sizeof(partition), "%d", (int)msg->partition);
-    doc = json_pack("{s:s,s:s,s:o,s:s,s:s,s:s,s:{s:s,s:i,s:I},s:i,s:o}",
-                    "schema", "cnx.dlq/1", "reason", err->message, "error",
-                    error_json(err), "stage", w->stage->name, "worker",
-                    w->opts->instance, "time", when, "source", "topic",
-                    msg->topic, "partition", (int)msg->partition, "offset",
-                    (json_int_t)msg->offset, "attempts", attempts, "build",
-                    build_json());
-    if (doc == NULL)
-        return cnx_error_set(CNX_ENOMEM, 0, "out of memory for a dead letter");
-    if (w->opts->container_digest != NULL)
-        json_object_set_new(json_object_get(doc, "build"), "container_digest",
-                            json_string(w->opts->container_digest));
+    memset(&dl, 0, sizeof(dl));
+    dl.error = err;
+    dl.stage = w->stage->name;
+    dl.worker = w->opts->instance;
+    dl.time = when;
+    dl.source = msg;
+    dl.attempts = attempts;
+    dl.container_digest = w->opts->container_digest;
     if (task != NULL) {
-        char *tj = NULL;
-        json_t *inputs = json_object();
-        if (cnx_task_to_json(task, &tj) == 0)
-            json_object_set_new(doc, "task", json_loads(tj, 0, NULL));
-        free(tj);
-        json_object_set_new(doc, "task_key", json_string(task->key));
-        for (size_t i = 0; i < task->ninputs; i++) {
-            json_t *objs = json_object();
-            for (size_t k = 0; k < task->inputs[i].nobjects; k++)
-                json_object_set_new(objs, task->inputs[i].objects[k].name,
-                                    json_string(
-                                        task->inputs[i].objects[k].digest));
-            json_object_set_new(inputs, task->inputs[i].role, objs);
-        }
-        json_object_set_new(doc, "input_digests", inputs);
-    } else {
-        /* The raw message, as text when it is valid UTF-8, always as
-         * base64 (bounded: dead letters must stay small). */
-        size_t keep = msg->value == NULL ? 0
-                      : msg->len < 65536 ? msg->len : 65536;
-        char *b64 = msg->value ? cnx_base64_encode(msg->value, keep) : NULL;
-        json_t *text = msg->value ? json_stringn(msg->value, keep) : NULL;
-        json_object_set_new(doc, "message", text ? text : json_null());
-        json_object_set_new(doc, "message_base64",
-                            b64 ? json_string(b64) : json_null());
-        json_object_set_new(doc, "message_bytes",
-                            json_integer((json_int_t)msg->len));
-        free(b64);
+        rc = cnx_task_to_json(task, &tj);
+        dl.task_json = tj;
+        dl.task_key = task->key;
     }
+    if (rc == 0)
+        rc = cnx_dead_letter_build(&dl, &text);
+    free(tj);
+    if (rc != 0)
+        return rc;
     cnx_kafka_header h[] = {{"cnx-error", cnx_error_name(err->code)},
                             {"cnx-source-topic", msg->topic},
                             {"cnx-source-partition", partition},
                             {"cnx-source-offset", offset}};
-    return send_json(w, CNX_TOPIC_DLQ, task ? task->key : NULL, doc, h, 4);
+    return send_signed(w, CNX_TOPIC_DLQ, task ? task->key : NULL, text, h, 4);
 }
 
 /* Wait for every message sent to be acknowledged, or exit uncommitted. */
@@ -415,12 +384,218 @@ static int flush_or_die(worker *w)
     for (int i = 0; i < 3; i++) {
         if (cnx_producer_flush(w->producer, ACK_TIMEOUT_MS) == 0)
             return 0;
+        if (!cnx_error_last()->retriable) {
+            /* The broker is gone past --broker-timeout, or the producer
+             * failed fatally: no acknowledgement is coming. */
+            snprintf(w->broker_lost, sizeof(w->broker_lost), "%s",
+                     cnx_error_last()->message);
+            break;
+        }
         CNX_WARN("worker", "waiting for acknowledgements: %s",
                  cnx_error_last()->message);
     }
     CNX_ERROR("worker", "no acknowledgement from the broker; exiting "
               "without committing (the task will be redelivered)");
     return -1;
+}
+
+#ifdef CNX_FAULT_INJECTION
+/*
+ * Test builds only (CMake CNX_FAULT_INJECTION): with
+ * CNX_FAULT_EXIT_BEFORE_COMMIT=1 in the environment, the worker dies
+ * (_exit, no goodbye to its group) once its first task's outputs, manifest
+ * and `succeeded` event are durable and acknowledged, before the commit:
+ * as a worker killed at that instant, or one whose commit a rebalance
+ * refused. The task is delivered again (tests/integration/
+ * worker_redelivery.sh).
+ */
+static void fault_exit_before_commit(const cnx_task *task)
+{
+    const char *v = getenv("CNX_FAULT_EXIT_BEFORE_COMMIT");
+    if (v == NULL || strcmp(v, "1") != 0)
+        return;
+    fprintf(stderr, "fault: exiting before the commit of task %s\n",
+            task->key);
+    fflush(NULL);
+    _exit(0);
+}
+#endif
+
+/* ---- a task done before ----------------------------------------------- */
+
+#define DONE_BEFORE_MAX 16 /* envelopes of one task looked at, at most */
+
+typedef struct envelopes {
+    char *names[DONE_BEFORE_MAX];
+    size_t n;
+} envelopes;
+
+static int collect_envelope(void *ctx, const char *name)
+{
+    envelopes *e = ctx;
+    size_t n = strlen(name), s = strlen(CNX_LINEAGE_SUFFIX);
+    if (n <= s || strcmp(name + n - s, CNX_LINEAGE_SUFFIX) != 0)
+        return 0;
+    if (e->n == DONE_BEFORE_MAX)
+        return 1; /* enough: a task has a few */
+    e->names[e->n] = strdup(name);
+    return e->names[e->n] ? (e->n++, 0) : CNX_ENOMEM;
+}
+
+/* Is doc (a statement's task document) this very task, field for field?
+ * The key leaves out the request, the layers and the scale; a task that
+ * differs in any of them is other work. */
+static int same_task(const json_t *doc, const cnx_task *task)
+{
+    char *mine = NULL, *theirs = NULL, *canon = NULL;
+    json_t *parsed;
+    int same = 0;
+    if (doc == NULL || cnx_task_to_json(task, &mine) != 0)
+        return 0;
+    parsed = json_loads(mine, 0, NULL);
+    canon = parsed ? cnx__json_canonical(parsed) : NULL;
+    theirs = cnx__json_canonical(doc);
+    same = canon != NULL && theirs != NULL && strcmp(canon, theirs) == 0;
+    json_decref(parsed);
+    free(mine);
+    free(canon);
+    free(theirs);
+    return same;
+}
+
+/* The statement of envelope (text) if it is this worker's signature of
+ * this very task (the same document: key, request, layers, scales) and
+ * stage, every output of which exists in store; NULL. Another request's
+ * run of the same work does not count: a new request recomputes, so that
+ * its outputs are compared bit for bit. */
+static json_t *own_statement(worker *w, cnx_store *store, const cnx_task *task,
+                             const uint8_t *envelope, size_t len)
+{
+    uint8_t *payload = NULL;
+    size_t plen = 0, i, prefix = strlen(task->output_layer);
+    json_t *stmt, *ext, *subject;
+    int ok = 1;
+
+    if (cnx_dsse_verify((const char *)envelope, len, &w->key, 1, &payload,
+                        &plen, NULL) != 0)
+        return NULL;
+    stmt = json_loadb((const char *)payload, plen, 0, NULL);
+    free(payload);
+    ext = json_object_get(json_object_get(json_object_get(stmt, "predicate"),
+                                          "buildDefinition"),
+                          "externalParameters");
+    if (!json_is_string(json_object_get(ext, "taskKey")) ||
+        strcmp(json_string_value(json_object_get(ext, "taskKey")),
+               task->key) != 0 ||
+        !json_is_string(json_object_get(ext, "stage")) ||
+        strcmp(json_string_value(json_object_get(ext, "stage")),
+               w->stage->name) != 0 ||
+        !same_task(json_object_get(ext, "task"), task) ||
+        json_array_size(json_object_get(stmt, "subject")) == 0)
+        ok = 0;
+    json_array_foreach(json_object_get(stmt, "subject"), i, subject) {
+        const char *name = json_string_value(json_object_get(subject, "name"));
+        int exists = 0;
+        if (!ok)
+            break;
+        ok = name != NULL && strncmp(name, task->output_layer, prefix) == 0 &&
+             name[prefix] == '/' &&
+             cnx_store_exists(store, name + prefix + 1, &exists) == 0 &&
+             exists;
+    }
+    if (!ok) {
+        json_decref(stmt);
+        return NULL;
+    }
+    return stmt;
+}
+
+/*
+ * Was this task done before in this request, by a worker holding this
+ * worker's key? So it is when a task is delivered again after its work was
+ * durable: a commit
+ * the group refused in a rebalance, or a worker killed between its event
+ * and its commit. The output layer keeps each attempt's signed envelope
+ * under lineage/<task key>/ (store_manifest), written after every output;
+ * the first (by name) that verifies with this worker's key, holds this
+ * very task document and stage, and whose every output exists is the
+ * task's result. Then
+ * *envelope (free() it) and digest are set and 1 is returned: the caller
+ * sends that envelope again and a `succeeded` naming it, so the work is
+ * neither computed nor signed a second time. Anything else, a storage
+ * error included: 0, and the task is computed as usual.
+ */
+static int done_before(worker *w, const cnx_task *task,
+                       char digest[CNX_DIGEST_LEN], char **envelope)
+{
+    const char *k = strchr(task->key, ':');
+    char prefix[160];
+    envelopes e = {{NULL}, 0};
+    cnx_store *store = NULL;
+    int found = 0;
+
+    *envelope = NULL;
+    snprintf(prefix, sizeof(prefix), "%s/%s", CNX_LINEAGE_DIR,
+             k ? k + 1 : task->key);
+    if (cnx_store_open(&store, task->output_layer) != 0 ||
+        cnx_store_list(store, prefix, collect_envelope, &e) < 0) {
+        cnx_store_free(store);
+        for (size_t i = 0; i < e.n; i++)
+            free(e.names[i]);
+        cnx_error_clear();
+        return 0;
+    }
+    for (size_t i = 0; i < e.n && !found; i++) {
+        uint8_t *data = NULL;
+        size_t len = 0;
+        char want[CNX_DIGEST_LEN];
+        const char *base = strrchr(e.names[i], '/');
+        json_t *stmt;
+        if (cnx_store_get(store, e.names[i], CNX_JSON_MAX, &data, &len) != 0)
+            continue;
+        cnx_digest(data, len, digest);
+        snprintf(want, sizeof(want), "sha256:%.*s", 64, base ? base + 1 : "");
+        stmt = strcmp(want, digest) == 0
+                   ? own_statement(w, store, task, data, len)
+                   : NULL;
+        if (stmt != NULL) {
+            json_decref(stmt);
+            *envelope = (char *)data;
+            found = 1;
+        } else {
+            free(data);
+        }
+    }
+    for (size_t i = 0; i < e.n; i++)
+        free(e.names[i]);
+    cnx_store_free(store);
+    cnx_error_clear();
+    return found;
+}
+
+/* Announce a task done before (done_before): its envelope again on
+ * cnx.lineage (the first run may have died before sending it), then a
+ * `succeeded` naming it. 0, or -1 when the broker did not acknowledge. */
+static int announce_done(worker *w, const cnx_task *task, int attempt,
+                         const char *digest, const char *envelope)
+{
+    /* This run read and wrote nothing: its figures are zeros. */
+    static const cnx_stage_io none;
+    attempt_info a = {task, attempt, wall_now(), 0, &none, 0, NULL, ""};
+    cnx_kafka_header h[] = {{"cnx-task-key", task->key},
+                            {"cnx-stage", w->stage->name}};
+    new_run(a.run);
+    a.finished = a.started;
+    CNX_INFO("worker", "task %s was done before (manifest %s): announcing "
+             "it again, not computing it", task->key, digest);
+    if (cnx_producer_send(w->producer, CNX_TOPIC_LINEAGE, task->key, envelope,
+                          strlen(envelope), h, 2) != 0 ||
+        flush_or_die(w) != 0)
+        return -1;
+    if (send_event(w, "succeeded", &a, NULL, digest) != 0 ||
+        flush_or_die(w) != 0)
+        return -1;
+    return 0;
 }
 
 /* ---- polling while busy ---------------------------------------------- */
@@ -434,6 +609,12 @@ static void poll_lanes(worker *w, int timeout_ms)
         /* An oversized message comes back without its value: it is queued
          * like any other, to be dead-lettered and committed past in turn. */
         if (rc != 0 && !(rc == CNX_ETOOBIG && m != NULL)) {
+            /* Not retriable: the broker stayed unreachable past
+             * --broker-timeout, or the consumer failed fatally. The loop
+             * exits with it once no task is running. */
+            if (!cnx_error_last()->retriable && w->broker_lost[0] == '\0')
+                snprintf(w->broker_lost, sizeof(w->broker_lost), "%s",
+                         cnx_error_last()->message);
             CNX_WARN("worker", "%s", cnx_error_last()->message);
             cnx_message_free(m);
             continue;
@@ -460,11 +641,34 @@ static void check_signal(worker *w)
     }
 }
 
+/* Wait between two runs of a task, polling both lanes so the member stays
+ * in its group (a wait may last minutes: --retry-window). Messages
+ * delivered meanwhile are queued; once a few wait, fetching is paused as
+ * while a kernel runs, so the queue never overflows. Returns early on
+ * SIGTERM. */
 static void sleep_polling(worker *w, double seconds)
 {
     double until = cnx_now() + seconds;
-    while (cnx_now() < until && !stop_signal)
+    while (cnx_now() < until && !stop_signal) {
+        if (!w->paused && w->npending >= PENDING_PAUSE) {
+            cnx_consumer_pause(w->lanes[0]);
+            cnx_consumer_pause(w->lanes[1]);
+            w->paused = 1;
+        }
         poll_lanes(w, 50);
+    }
+    check_signal(w);
+}
+
+/* The wait before run n + 1 of a task (n failed runs so far, whatever
+ * their attempt numbers): 0.2 s doubling per run, at most
+ * RETRY_BACKOFF_MAX_S. */
+static double retry_backoff(int n)
+{
+    double b = 0.2;
+    for (int i = 0; i < n && b < RETRY_BACKOFF_MAX_S; i++)
+        b *= 2;
+    return b < RETRY_BACKOFF_MAX_S ? b : RETRY_BACKOFF_MAX_S;
 }
 
 /* ---- one task ---------------------------------------------------------- */
@@ -484,6 +688,11 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
     cnx_task *task = NULL;
     cnx_error err;
     int first = header_attempt(msg), tries = 0;
+    /* Runs of the last attempt retried in place (no events) while the
+     * retry window lasts, and when this delivery first failed. */
+    int in_place = 0;
+    double first_failure = 0;
+    char run_id[17] = "";
     enum outcome result = DONE;
 
     cnx_error_clear();
@@ -493,7 +702,14 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
                       (long long)msg->offset,
                       msg->value == NULL ? CNX_KAFKA_MAX_MESSAGE
                                          : CNX_JSON_MAX);
-    else if (cnx_task_parse(&task, msg->value, msg->len) == 0) {
+    else if (w->controller != NULL &&
+             cnx_msg_verify(msg, &w->controller, 1, NULL) != 0) {
+        char why[sizeof(cnx_error_last()->message)];
+        snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
+        cnx_error_set(CNX_EDIGEST, 0, "task message at %s[%d]@%lld is not "
+                      "the controller's: %s", msg->topic, (int)msg->partition,
+                      (long long)msg->offset, why);
+    } else if (cnx_task_parse(&task, msg->value, msg->len) == 0) {
         if (strcmp(task->stage, w->stage->name) != 0)
             cnx_error_set(CNX_ESCHEMA, 0, "task: stage: '%s' sent to the %s "
                           "worker", task->stage, w->stage->name);
@@ -517,9 +733,24 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
             CNX_WARN("worker", "commit: %s", cnx_error_last()->message);
         return DONE;
     }
+    {
+        char done_digest[CNX_DIGEST_LEN], *envelope = NULL;
+        if (done_before(w, task, done_digest, &envelope)) {
+            int rc = announce_done(w, task, first, done_digest, envelope);
+            free(envelope);
+            cnx_task_free(task);
+            if (rc != 0)
+                return FATAL;
+            atomic_fetch_add(&w->metrics.succeeded, 1);
+            if (cnx_consumer_commit(w->lanes[lane], msg) != 0)
+                CNX_WARN("worker", "commit: %s", cnx_error_last()->message);
+            return DONE;
+        }
+    }
 
     for (;;) {
-        attempt_info a = {task, first + tries, wall_now(), 0, NULL, 0, NULL};
+        attempt_info a = {task, first + tries, wall_now(), 0, NULL, 0, NULL,
+                          ""};
         job *j = calloc(1, sizeof(*j));
         pthread_t thread;
         char manifest[CNX_DIGEST_LEN];
@@ -528,12 +759,18 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
             result = FATAL;
             break;
         }
+        /* A run retried in place is the same attempt, run and events: it
+         * keeps the run id its started event named. */
+        if (in_place == 0)
+            new_run(run_id);
+        memcpy(a.run, run_id, sizeof(a.run));
         j->stage = w->stage;
         j->task = task;
         j->slow_ms = w->opts->slow_ms;
         pthread_mutex_init(&j->lock, NULL);
         pthread_cond_init(&j->done, NULL);
-        send_event(w, "started", &a, NULL, NULL);
+        if (in_place == 0) /* a run retried in place is the same attempt */
+            send_event(w, "started", &a, NULL, NULL);
         atomic_fetch_add(&w->metrics.in_flight, 1);
         if (pthread_create(&thread, NULL, run_job, j) != 0) {
             free(j);
@@ -596,6 +833,9 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
                 atomic_store(&w->metrics.last_voxels_per_s,
                              secs > 0 ? (double)j->io.voxels / secs : 0.0);
                 cnx__metrics_observe(&w->metrics, secs);
+#ifdef CNX_FAULT_INJECTION
+                fault_exit_before_commit(task);
+#endif
                 if (cnx_consumer_commit(w->lanes[lane], msg) != 0)
                     CNX_WARN("worker", "commit: %s",
                              cnx_error_last()->message);
@@ -613,6 +853,48 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
         }
         err = j->error;
         atomic_fetch_add(&w->metrics.failed_attempts, 1);
+        if (first_failure == 0)
+            first_failure = cnx_now();
+        /*
+         * The last attempt allowed (1 + retry_budget, counting earlier
+         * deliveries through the cnx-attempt header) does not give up on a
+         * retriable error until the retry window since the first failure
+         * is spent: it runs again in place, under the same attempt number
+         * and without events, so the controller's rule (a retriable
+         * failure at attempt 1 + budget is dead) still holds and an
+         * outage of minutes is waited out rather than dead-lettered.
+         */
+        if (err.retriable && a.attempt > task->retry_budget && !stop_signal &&
+            cnx_now() - first_failure < w->opts->retry_window_s) {
+            double spent = cnx_now() - first_failure;
+            double backoff = retry_backoff(tries + in_place);
+            if (backoff > w->opts->retry_window_s - spent)
+                backoff = w->opts->retry_window_s - spent;
+            CNX_WARN("worker", "task %s attempt %d (the last) failed; "
+                     "retrying in place in %.1f s (%.0f of the %.0f s retry "
+                     "window spent): %s",
+                     task->key, a.attempt, backoff, spent,
+                     w->opts->retry_window_s, err.message);
+            a.io = NULL;
+            a.conflict = NULL;
+            cnx__stage_io_dispose(&j->io);
+            free(j);
+            in_place++;
+            sleep_polling(w, backoff);
+            if (stop_signal) {
+                /* The attempt has a started event and no outcome: say it
+                 * was preempted; Kafka redelivers the task. */
+                a.finished = wall_now();
+                send_event(w, "preempted", &a, &err, NULL);
+                cnx_producer_flush(w->producer, 2000);
+                atomic_fetch_add(&w->metrics.preempted, 1);
+                CNX_WARN("worker", "abandoned task %s uncommitted while "
+                         "waiting to retry it", task->key);
+                result = ABANDON;
+                break;
+            }
+            continue;
+        }
         send_event(w, "failed", &a, &err, NULL);
         a.io = NULL; /* j->io and the conflict are gone below */
         a.conflict = NULL;
@@ -622,7 +904,7 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
          * of earlier deliveries (the cnx-attempt header): at most
          * 1 + retry_budget in all. */
         if (err.retriable && a.attempt <= task->retry_budget && !stop_signal) {
-            double backoff = 0.2 * (double)(1 << (tries < 6 ? tries : 6));
+            double backoff = retry_backoff(tries);
             CNX_WARN("worker", "task %s attempt %d failed (retrying in "
                      "%.1f s): %s",
                      task->key, a.attempt, backoff, err.message);
@@ -636,8 +918,14 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
             result = ABANDON;
             break;
         }
-        CNX_WARN("worker", "dead-lettering task %s after %d attempt(s): %s",
-                 task->key, tries + 1, err.message);
+        if (in_place > 0)
+            CNX_WARN("worker", "dead-lettering task %s after %d attempt(s), "
+                     "the last run %d time(s) over %.0f s: %s", task->key,
+                     tries + 1, in_place + 1, cnx_now() - first_failure,
+                     err.message);
+        else
+            CNX_WARN("worker", "dead-lettering task %s after %d "
+                     "attempt(s): %s", task->key, tries + 1, err.message);
         atomic_fetch_add(&w->metrics.dead_lettered, 1);
         if (send_dlq(w, msg, task, &err, tries + 1) != 0 ||
             flush_or_die(w) != 0) {
@@ -695,6 +983,8 @@ static int start(worker *w)
                              "refuse to run it (--allow-dirty to override)",
                              cnx_build_describe());
     rc = cnx_key_load_private(&w->key, o->key_path);
+    if (rc == 0 && o->controller_key_path != NULL)
+        rc = cnx_key_load_public(&w->controller, o->controller_key_path);
     if (rc != 0)
         return rc;
     rc = cnx_producer_new(&w->producer, &o->kafka);
@@ -754,6 +1044,7 @@ static void stop(worker *w)
     }
     cnx_producer_free(w->producer);
     cnx_key_free(w->key);
+    cnx_key_free(w->controller);
 }
 
 int cnx_worker_run(const cnx_stage *stage, const cnx_worker_opts *opts)
@@ -785,6 +1076,8 @@ int cnx_worker_run(const cnx_stage *stage, const cnx_worker_opts *opts)
         int lane = 1;
         enum outcome out;
         if (!next_message(&w, &msg, &lane)) {
+            if (w.broker_lost[0] != '\0')
+                break;
             if (opts->idle_exit_s > 0 &&
                 cnx_now() - idle_since > opts->idle_exit_s)
                 break;
@@ -806,6 +1099,14 @@ int cnx_worker_run(const cnx_stage *stage, const cnx_worker_opts *opts)
         w.done++;
         if (opts->max_tasks > 0 && w.done >= opts->max_tasks)
             break;
+    }
+    if (w.broker_lost[0] != '\0') {
+        /* Without a broker the group cannot be left nor anything flushed
+         * (closing would wait on both): say why in one line and leave,
+         * uncommitted, as a killed worker would. */
+        fprintf(stderr, "cnx-%s: %s\n", stage->name, w.broker_lost);
+        fflush(NULL);
+        _exit(1);
     }
     check_signal(&w);
     CNX_INFO("worker", "%s worker %s stopping after %lld task(s)",

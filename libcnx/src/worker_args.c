@@ -49,7 +49,12 @@ static void help(const cnx_stage *stage)
            "  --kafka-config FILE     extra librdkafka settings (key=value "
            "lines: TLS, SASL)\n"
            "  --key FILE              Ed25519 private key that signs "
-           "manifests (cnx-keygen)\n"
+           "manifests, events and\n"
+           "                          dead letters (cnx-keygen)\n"
+           "  --controller-key FILE   the controller's public key: a task "
+           "not signed by it is\n"
+           "                          dead-lettered, not run "
+           "(docs/security.md)\n"
            "  --instance ID           static group member id "
            "(default: host-pid)\n"
            "  --group NAME            consumer group (default cnx.%s)\n"
@@ -61,6 +66,14 @@ static void help(const cnx_stage *stage)
            "  --metrics-port PORT     serve Prometheus metrics on "
            "http://0.0.0.0:PORT/metrics\n"
            "  --session-timeout-ms N  group session timeout (default 45000)\n"
+           "  --broker-timeout S      exit 1 once no broker has answered for\n"
+           "                          S seconds (default 120)\n"
+           "  --retry-window SECONDS  wait out a storage or network outage:\n"
+           "                          the last attempt of a task is retried\n"
+           "                          in place until SECONDS after its first\n"
+           "                          failure before it is dead-lettered\n"
+           "                          (default 300; 0: at once; keep it under\n"
+           "                          the stage's lease_s)\n"
            "  --cache DIR             local read cache of remote inputs, "
            "keyed by digest\n"
            "                          (default $CNX_CACHE_DIR; may be shared "
@@ -84,12 +97,14 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
     enum {
         O_BROKERS = 256, O_KCONF, O_KEY, O_INSTANCE, O_GROUP, O_CONTAINER,
         O_DIRTY, O_GRACE, O_METRICS, O_MAXT, O_IDLE, O_SLOW, O_SESSION,
-        O_HELP, O_VERSION, O_CACHE, O_CACHE_MAX
+        O_HELP, O_VERSION, O_CACHE, O_CACHE_MAX, O_RETRY_WINDOW,
+        O_BROKER_TIMEOUT, O_CKEY
     };
     static const struct option longopts[] = {
         {"brokers", required_argument, NULL, O_BROKERS},
         {"kafka-config", required_argument, NULL, O_KCONF},
         {"key", required_argument, NULL, O_KEY},
+        {"controller-key", required_argument, NULL, O_CKEY},
         {"instance", required_argument, NULL, O_INSTANCE},
         {"group", required_argument, NULL, O_GROUP},
         {"container-digest", required_argument, NULL, O_CONTAINER},
@@ -102,6 +117,8 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
         {"session-timeout-ms", required_argument, NULL, O_SESSION},
         {"cache", required_argument, NULL, O_CACHE},
         {"cache-max-bytes", required_argument, NULL, O_CACHE_MAX},
+        {"retry-window", required_argument, NULL, O_RETRY_WINDOW},
+        {"broker-timeout", required_argument, NULL, O_BROKER_TIMEOUT},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
@@ -111,6 +128,7 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
 
     memset(opts, 0, sizeof(*opts));
     opts->grace_s = 25.0;
+    opts->retry_window_s = CNX_WORKER_RETRY_WINDOW_S;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "q", longopts, NULL)) != -1) {
@@ -118,6 +136,7 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
         case O_BROKERS: opts->kafka.brokers = optarg; break;
         case O_KCONF: opts->kafka.config_file = optarg; break;
         case O_KEY: opts->key_path = optarg; break;
+        case O_CKEY: opts->controller_key_path = optarg; break;
         case O_INSTANCE:
             if (strlen(optarg) == 0 || strlen(optarg) > 100)
                 return usage_error(stage, "bad --instance", optarg);
@@ -168,6 +187,17 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
         case O_CACHE_MAX:
             if (cnx_store_parse_size(optarg, &opts->cache_max_bytes) != 0)
                 return usage_error(stage, "bad --cache-max-bytes", optarg);
+            break;
+        case O_RETRY_WINDOW:
+            if (cnx_cli_double(optarg, 0, 86400, &opts->retry_window_s) != 0)
+                return usage_error(stage, "bad --retry-window (seconds, 0 "
+                                   "to 86400)", optarg);
+            break;
+        case O_BROKER_TIMEOUT:
+            if (cnx_kafka_broker_timeout_parse(
+                    optarg, &opts->kafka.broker_timeout_s) != 0)
+                return usage_error(stage, "bad --broker-timeout (seconds "
+                                   "over 0, at most 86400)", optarg);
             break;
         case 'q': opts->quiet = 1; break;
         case O_HELP: help(stage); return 1;

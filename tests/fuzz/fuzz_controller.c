@@ -10,10 +10,13 @@
  * An input is up to 16 messages separated by NUL bytes, applied in order
  * in one transaction that is rolled back afterwards (so inputs are
  * independent), after the touched tasks are refreshed. The first byte of
- * each message picks its topic: 'R' cnx.requests, 'E' cnx.events, 'L'
- * cnx.lineage with the rest signed by the harness as a statement (so the
- * statement's fold is reached), 'l' cnx.lineage as given (an envelope);
- * any other byte picks one of the four by its value. A malformed message
+ * each message picks its topic: 'R' cnx.requests and 'E' cnx.events with
+ * the rest signed by the harness (the controller's and the workers' key
+ * are both the test key here, so the fold past the signature check is
+ * reached), 'r' and 'e' the same unsigned, 'L' cnx.lineage with the rest
+ * signed by the harness as a statement (so the statement's fold is
+ * reached), 'l' cnx.lineage as given (an envelope); any other byte picks
+ * one of the six by its value. A malformed message
  * must become a `rejected` row, never a ledger failure: the controller
  * stops on CNX_EIO and would read the same message again at restart, so
  * the harness aborts on it.
@@ -25,6 +28,7 @@
 
 #include "cnx/controller.h"
 #include "cnx/kafka.h"
+#include "cnx/message.h"
 #include "controller_int.h"
 #include "fuzz_common.h"
 
@@ -53,16 +57,18 @@ static void cleanup(void)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-    char *dir, *pub;
+    char *dir, *pub, *key;
     (void)argc;
     (void)argv;
     fuzz_quiet();
     signer = fuzz_key_private();
     dir = fuzz_tmpdir();
     pub = fuzz_write_private(dir, "fuzz.pub", FUZZ_PUB_PEM);
+    key = fuzz_write_private(dir, "fuzz.key", FUZZ_KEY_PEM);
     memset(&opts, 0, sizeof(opts));
     opts.ledger = ":memory:";
     opts.trust_dir = dir;
+    opts.key_path = key;
     opts.batch = 1000;
     opts.progress_s = 1;
     opts.at_risk_margin = 0.1;
@@ -72,18 +78,22 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         fuzz_die("ledger");
     /* The keys are loaded: the directory is not needed any more. */
     unlink(pub);
+    unlink(key);
     rmdir(dir);
     free(pub);
+    free(key);
     atexit(cleanup);
     return 0;
 }
 
 static int apply_one(char *text, size_t len, int64_t offset)
 {
-    static const char *const topics[4] = {
+    static const char *const topics[6] = {
         CNX_TOPIC_REQUESTS, CNX_TOPIC_EVENTS, CNX_TOPIC_LINEAGE,
-        CNX_TOPIC_LINEAGE};
+        CNX_TOPIC_LINEAGE,  CNX_TOPIC_REQUESTS, CNX_TOPIC_EVENTS};
     cnx_message m;
+    cnx_kafka_header h[1];
+    char type[CNX_MSG_TYPE_MAX + 1], sig[CNX_DSSE_SIG_MAX];
     char *envelope = NULL;
     int pick, rc;
     if (len == 0)
@@ -93,7 +103,9 @@ static int apply_one(char *text, size_t len, int64_t offset)
     case 'E': pick = 1; break;
     case 'L': pick = 2; break;
     case 'l': pick = 3; break;
-    default: pick = (unsigned char)text[0] & 3; break;
+    case 'r': pick = 4; break;
+    case 'e': pick = 5; break;
+    default: pick = (unsigned char)text[0] % 6; break;
     }
     memset(&m, 0, sizeof(m));
     m.topic = topics[pick];
@@ -107,6 +119,14 @@ static int apply_one(char *text, size_t len, int64_t offset)
             return 0;
         m.value = envelope;
         m.len = strlen(envelope);
+    } else if (pick < 2) {
+        if (cnx_msg_signed_type(type, m.topic, NULL, 0) != 0 ||
+            cnx_dsse_sign_detached(signer, type, m.value, m.len, sig) != 0)
+            return 0;
+        h[0].name = CNX_MSG_HEADER_SIG;
+        h[0].value = sig;
+        m.headers = h;
+        m.nheaders = 1;
     }
     rc = cnx__ctl_apply_logged(&c, &m);
     free(envelope);

@@ -37,7 +37,7 @@
 static ctl c;
 static cnx_controller_opts opts;
 static vf_ledger *view;
-static char *dir, *ledger_path, *pub_path;
+static char *dir, *ledger_path, *pub_path, *key_path;
 static sqlite3_stmt *insert;
 static unsigned long inputs;
 
@@ -63,6 +63,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     fuzz_quiet();
     dir = fuzz_tmpdir();
     pub_path = fuzz_write_private(dir, "fuzz.pub", FUZZ_PUB_PEM);
+    key_path = fuzz_write_private(dir, "fuzz.key", FUZZ_KEY_PEM);
     n = strlen(dir) + 16;
     ledger_path = malloc(n);
     if (ledger_path == NULL)
@@ -71,9 +72,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     memset(&opts, 0, sizeof(opts));
     opts.ledger = ledger_path;
     opts.trust_dir = dir;
+    opts.key_path = key_path;
     opts.batch = 1000;
     if (cnx__ctl_open(&c, &opts) != 0)
         fuzz_die("ledger");
+    unlink(key_path);
+    free(key_path);
     /* cnx__ctl_open leaves its schema check (SELECT ... FROM meta) stepped
      * and never reset: the connection keeps a read transaction, and the
      * WAL never restarts, growing by every commit (12 GB in 7 minutes

@@ -53,7 +53,7 @@ PIDS+=($!)
 BOOT=""
 for _ in $(seq 100); do BOOT=$(head -n1 "$W/broker.out" 2>/dev/null || true); [ -n "$BOOT" ] && break; sleep 0.1; done
 [ -n "$BOOT" ] || { echo "make_corpus: the broker did not start" >&2; exit 1; }
-"$BIN/cnx-controller" --brokers "$BOOT" --ledger "$W/ledger.db" --trust "$W/trust" \
+"$BIN/cnx-controller" --brokers "$BOOT" --ledger "$W/ledger.db" --trust "$W/trust" --key "$W/ckeys/cnx.key" \
   --progress 0.2 -q 2>"$W/controller.log" &
 CPID=$!
 PIDS+=($CPID)
@@ -69,7 +69,7 @@ for st in montage segment segment-join segment-relabel mesh mesh-manifest synaps
   PIDS+=($!)
 done
 run() { # workflow, request id, dataset
-  "$BIN/cnx-reprocess" --brokers "$BOOT" --workflow "$1" --workflows "$ROOT/workflows" \
+  "$BIN/cnx-reprocess" --controller-key "$W/ckeys/cnx.pub" --brokers "$BOOT" --workflow "$1" --workflows "$ROOT/workflows" \
     --request "$2" --dataset "$3" --roi 0,0,0,128,128,64 --deadline 24h --wait --quiet \
     --timeout 300 >/dev/null 2>&1 || echo "make_corpus: $2 exited $?"
 }

@@ -21,7 +21,7 @@ cp "$PUB" "$WORK/trust/workers.pem"
 
 usage() { # args...: the controller must refuse them with exit 2
   local rc=0
-  "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/x.db" --trust "$WORK/trust" \
+  "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/x.db" --trust "$WORK/trust" --key "$CKEY" \
     "$@" >/dev/null 2>"$WORK/usage.err" || rc=$?
   [ "$rc" -eq 2 ] || { echo "exit $rc for $*: $(cat "$WORK/usage.err")" >&2; return 1; }
 }
@@ -32,7 +32,7 @@ check "--max-tasks-per-request 0: exit 2" usage --max-tasks-per-request 0
 check "--release-lease -1: exit 2" usage --release-lease -1
 
 CNX_LOG=info "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/ledger.db" \
-  --trust "$WORK/trust" --progress 0.5 --dataset-root "file://$WORK/ok" \
+  --trust "$WORK/trust" --key "$CKEY" --progress 0.5 --dataset-root "file://$WORK/ok" \
   --dataset-root "$WORK/also" --max-tasks-per-request 3 \
   >>"$WORK/controller.log" 2>&1 &
 CPID=$!
@@ -41,7 +41,7 @@ q() { sqlite3 -readonly "$WORK/ledger.db" "$1" 2>/dev/null || true; }
 
 submit() { # id, dataset, roi: cnx-reprocess without --wait; sets RC
   RC=0
-  "$BIN/cnx-reprocess" --brokers "$BOOT" --workflow pyramid \
+  "$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow pyramid \
     --workflows "$SRC/workflows" --dataset "$2" --roi "$3" --request "$1" \
     --timeout 60 --quiet >"$WORK/$1.out" 2>"$WORK/$1.err" || RC=$?
 }

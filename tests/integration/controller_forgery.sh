@@ -24,7 +24,7 @@
 # tasks are done as reused, each naming r0's verified manifest. Finally a
 # ledger rebuilt from the topics (--rebuild) dumps exactly the live one,
 # held and rejected rows included; and a copy taken back to ledger
-# revision 1 is migrated to revision 2 by the controller that opens it.
+# revision 1 is migrated to revision 3 by the controller that opens it.
 # Reuses acceptance/lib.sh; about 30 s.
 source "$(dirname "$0")/../../acceptance/lib.sh"
 for tool in kcat sqlite3 openssl; do
@@ -38,7 +38,7 @@ mkdir -p "$WORK/trust"
 cp "$PUB" "$WORK/trust/workers.pem"
 start_controller() {
   CNX_LOG=info "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/ledger.db" \
-    --trust "$WORK/trust" --progress 0.5 >>"$WORK/controller.log" 2>&1 &
+    --trust "$WORK/trust" --key "$CKEY" --progress 0.5 >>"$WORK/controller.log" 2>&1 &
   CPID=$!
   PIDS+=($CPID)
 }
@@ -46,7 +46,7 @@ q() { sqlite3 -readonly "$WORK/ledger.db" "$1" 2>/dev/null || true; }
 reprocess() { # id, x0, x1, extra args...
   local id=$1 x0=$2 x1=$3
   shift 3
-  "$BIN/cnx-reprocess" --brokers "$BOOT" --workflow pyramid \
+  "$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow pyramid \
     --workflows "$SRC/workflows" --dataset "file://$WORK/data" \
     --roi "$x0,0,0,$x1,128,128" --request "$id" --timeout 120 --quiet "$@" \
     >"$WORK/$id.out" 2>"$WORK/$id.err" || echo "cnx-reprocess $id: exit $?" >&2
@@ -157,8 +157,14 @@ lineage_in() { [ "$(q "SELECT count(*) FROM lineage WHERE verified = 1 AND
   envelope_digest IN ('$M_no_outputs', '$M_moved')")" = 2 ]; }
 check "the crafted envelopes are lineage rows, verified (the key is trusted)" \
   wait_for 20 lineage_in
-for f in ev-other-task ev-unknown ev-no-outputs ev-moved reused-none reused-other-key; do
-  produce_file cnx.events "$K1" "$WORK/msg/$f"
+# The claims carry valid signatures (events the workers' key, decisions
+# the controller's): what is tested here is the check past the signature
+# (tests/integration/topic_forgery.sh tests the signatures themselves).
+for f in ev-other-task ev-unknown ev-no-outputs ev-moved; do
+  produce_signed cnx.events "$K1" "$WORK/msg/$f" "$KEY"
+done
+for f in reused-none reused-other-key; do
+  produce_signed cnx.events "$K1" "$WORK/msg/$f" "$CKEY"
 done
 all_in() {
   [ "$(q "SELECT count(*) FROM rejected WHERE topic = 'cnx.events'")" = 5 ] &&
@@ -226,7 +232,7 @@ check "the controller stops with exit 0 (got $crc)" [ "$crc" -eq 0 ]
 check "no sanitizer report from the controller" \
   bash -c '! grep -E "ERROR: (Address|Leak)Sanitizer|runtime error:" "$1"' _ "$WORK/controller.log"
 sqlite3 "$WORK/ledger.db" .dump >"$WORK/live.sql"
-"$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/rebuilt.db" --trust "$WORK/trust" \
+"$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/rebuilt.db" --trust "$WORK/trust" --key "$CKEY" \
   --rebuild >>"$WORK/controller.log" 2>&1
 sqlite3 "$WORK/rebuilt.db" .dump >"$WORK/rebuilt.sql"
 check "a rebuilt ledger dumps the live one ($(wc -l <"$WORK/live.sql") lines)" \
@@ -240,12 +246,12 @@ sqlite3 "$WORK/old.db" "ALTER TABLE releases DROP COLUMN manifest; DROP TABLE he
   DROP INDEX attempts_by_stage; DELETE FROM meta WHERE key = 'revision'"
 crc=0
 CNX_LOG=info "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/old.db" \
-  --trust "$WORK/trust" --idle-exit 1 >"$WORK/migrate.log" 2>&1 || crc=$?
+  --trust "$WORK/trust" --key "$CKEY" --idle-exit 1 >"$WORK/migrate.log" 2>&1 || crc=$?
 check "a revision-1 ledger opens (exit $crc) and says it is migrated" \
   grep -q "revision 1 -> 2" "$WORK/migrate.log"
-check "  it is revision 2, with the held table" \
+check "  it is revision 3, with the held table" \
   [ "$(sqlite3 -readonly "$WORK/old.db" "SELECT value FROM meta WHERE key = 'revision'")|$(
-      sqlite3 -readonly "$WORK/old.db" "SELECT count(*) FROM held")" = "2|0" ]
+      sqlite3 -readonly "$WORK/old.db" "SELECT count(*) FROM held")" = "3|0" ]
 check "  r2's reused rows name r0's manifests" \
   [ "$(sqlite3 -readonly "$WORK/old.db" "SELECT count(*) FROM releases r JOIN tasks u
         ON u.request = 'r0' AND u.task_key = r.task_key AND u.manifest = r.manifest

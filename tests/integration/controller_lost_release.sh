@@ -18,13 +18,13 @@ make_key
 mkdir -p "$WORK/trust"
 cp "$PUB" "$WORK/trust/workers.pem"
 CNX_LOG=info "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/ledger.db" \
-  --trust "$WORK/trust" --progress 0.5 --release-lease 12 \
+  --trust "$WORK/trust" --key "$CKEY" --progress 0.5 --release-lease 12 \
   >>"$WORK/controller.log" 2>&1 &
 CPID=$!
 PIDS+=($CPID)
 q() { sqlite3 -readonly "$WORK/ledger.db" "$1" 2>/dev/null || true; }
 
-"$BIN/cnx-reprocess" --brokers "$BOOT" --workflow pyramid \
+"$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow pyramid \
   --workflows "$SRC/workflows" --dataset "file://$WORK/data" \
   --roi 0,0,0,128,128,128 --request lost --timeout 60 --quiet >/dev/null
 check "the request is accepted and its ds1 task released" \

@@ -67,6 +67,8 @@ done
 }
 
 mkdir -p "$tmp/wf" "$tmp/ds"
+"$BIN/cnx-keygen" --out "$tmp/ckeys" >/dev/null || exit 1
+"$BIN/cnx-keygen" --out "$tmp/untrusted" >/dev/null || exit 1
 cat >"$tmp/wf/pyr.json" <<'EOF'
 {
   "schema": "cnx.workflow/1",
@@ -193,7 +195,8 @@ declare -A want_rc=([ok]=0 [violation]=3 [failed]=4 [missed]=5 [refused]=2
 declare -A rpid
 scenarios="ok violation failed missed refused nowait nocontroller"
 for s in $scenarios; do
-    args=(--brokers "$B" --workflows "$tmp/wf" --workflow pyr
+    args=(--brokers "$B" --controller-key "$tmp/ckeys/cnx.pub"
+          --workflows "$tmp/wf" --workflow pyr
           --dataset "$tmp/ds" --roi 0,0,0,256,256,128 --deadline 2h
           --request "it-$s")
     case $s in
@@ -223,11 +226,35 @@ done
 check "every cnx-reprocess produced its request, keyed by its id" \
     have_all_requests
 
-# Play the controller: every scenario's messages, in order, keyed by id.
+# Play the controller: every scenario's messages, in order, keyed by id,
+# each signed with openssl as docs/security.md says (Ed25519 over the DSSE
+# PAE of the body under a type naming the topic and key), the signature in
+# the cnx-sig header. Before them, for "failed", two forged `finished ...
+# done` answers cnx-reprocess must skip: one signed by a key it does not
+# trust, one unsigned.
+sign() { # key file, message key, body file -> base64 signature
+    local type="application/vnd.cnx.message+json;topic=cnx.requests;key=$2"
+    { printf 'DSSEv1 %d %s %d ' "${#type}" "$type" "$(stat -c %s "$3")"
+      cat "$3"; } >"$tmp/pae"
+    openssl pkeyutl -sign -inkey "$1" -rawin -in "$tmp/pae" | base64 -w0
+}
+produce() { # message key, body file, [signing key file]
+    local h=()
+    [ -n "${3:-}" ] && h=(-H "cnx-sig=$(sign "$3" "$1" "$2")")
+    kcat -P -b "$B" -t cnx.requests -k "$1" "${h[@]}" "$2" \
+        2>"$tmp/kcat.err" || echo "kcat -P failed: $(cat "$tmp/kcat.err")" >&2
+}
+forged='{"schema":"cnx.request-state/1","request":"it-failed","type":"finished","time":"2026-11-22T10:00:00Z","outcome":"done"}'
+printf '%s' "$forged" >"$tmp/forged.json"
+produce it-failed "$tmp/forged.json" "$tmp/untrusted/cnx.key"
+produce it-failed "$tmp/forged.json"
 for s in ok violation failed missed refused nowait; do
-    cut -f 2 "$tmp/msgs/$s" |
-        kcat -P -b "$B" -t cnx.requests -k "it-$s" 2>"$tmp/kcat.err" ||
-        echo "kcat -P failed: $(cat "$tmp/kcat.err")" >&2
+    i=0
+    while IFS= read -r line; do
+        i=$((i + 1))
+        printf '%s' "$line" >"$tmp/body.$s.$i"
+        produce "it-$s" "$tmp/body.$s.$i" "$tmp/ckeys/cnx.key"
+    done < <(cut -f 2 "$tmp/msgs/$s")
 done
 
 # Collect exit statuses (each cnx-reprocess has its own --timeout).
@@ -362,7 +389,8 @@ usage_is_2() {
         return 1
     }
 }
-common=(--brokers "$B" --workflows "$tmp/wf" --dataset "$tmp/ds")
+common=(--brokers "$B" --controller-key "$tmp/ckeys/cnx.pub"
+        --workflows "$tmp/wf" --dataset "$tmp/ds")
 check "bad --roi is a usage error" \
     usage_is_2 "${common[@]}" --workflow pyr --roi 0,0,0,1,1
 check "bad --deadline is a usage error" \

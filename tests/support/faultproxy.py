@@ -6,6 +6,7 @@
                   [--every N | --rate P] [--seed S] [--skip N] [--limit N]
                   [--stall-s S] [--force STATUS[:METHOD]:REGEX]...
                   [--access-log F] [--max-seconds S]
+                  [--outage-file F [--outage-kind 503|reset]]
 
 Listens on 127.0.0.1 (port 0: the kernel picks; the port is written to
 --port-file once listening) and forwards every request to --target (the S3
@@ -41,6 +42,11 @@ gets it. --force rules run before the schedule, on every matching request:
 STATUS:REGEX (or STATUS:METHOD:REGEX) answers STATUS (403 AccessDenied, 404
 NoSuchKey, other: InternalError) to requests whose path (with the query)
 matches REGEX (re.search), unforwarded.
+--outage-file F simulates the store being down: while the file F exists,
+every request (before --force and the schedule) is answered 503 SlowDown
+(--outage-kind 503, the default) or has its connection reset (reset),
+unforwarded, and logged with kind "outage". A test opens the outage with
+`touch F` and closes it with `rm F`; the proxy looks at F on every request.
 The byte flipped is chosen by random.Random(seed, n): a run is reproducible
 given the order requests arrive in. Every injected fault is one JSON line in
 --log: {"n", "t", "kind", "method", "path", ...}. The proxy exits after
@@ -279,6 +285,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         n = plan.number()
         method, target = self.command, self.path
         body = self.read_body()
+        if self.server.outage_file and \
+                os.path.exists(self.server.outage_file):
+            plan.record(n, "outage", method, target,
+                        answer=self.server.outage_kind)
+            plan.note(n, method, target, "outage", 0)
+            if self.server.outage_kind == "reset":
+                self.reset()
+            else:
+                self.reply(503, [("Content-Type", "application/xml")],
+                           error_xml(503, target))
+            return
         status = plan.forced(method, target)
         if status is not None:
             plan.record(n, "force-%d" % status, method, target)
@@ -388,6 +405,10 @@ def main():
     ap.add_argument("--force", action="append", default=[],
                     metavar="STATUS[:METHOD]:REGEX")
     ap.add_argument("--max-seconds", type=float, default=600.0)
+    ap.add_argument("--outage-file", default=None,
+                    help="while this file exists, answer every request "
+                    "with --outage-kind, unforwarded")
+    ap.add_argument("--outage-kind", choices=("503", "reset"), default="503")
     args = ap.parse_args()
     args.faults = [k for k in args.faults.split(",") if k]
     for k in args.faults:
@@ -409,6 +430,8 @@ def main():
     server.plan = Plan(args)
     server.target = target
     server.stall_s = args.stall_s
+    server.outage_file = args.outage_file
+    server.outage_kind = args.outage_kind
     if args.port_file:
         tmp = args.port_file + ".tmp"
         with open(tmp, "w") as f:

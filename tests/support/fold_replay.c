@@ -2,10 +2,11 @@
  * fold_replay.c - apply a captured log to a fresh ledger in a scrambled
  * order, for tests/integration/ledger_fold.sh.
  *
- *   fold_replay LEDGER TRUST_DIR SEED FILE.jsonl
+ *   fold_replay LEDGER TRUST_DIR CONTROLLER_KEY SEED FILE.jsonl
  *
  * FILE holds the messages of cnx.requests, cnx.events and cnx.lineage as
- * `kcat -J` prints them (topic, partition, offset, payload). They are
+ * `kcat -J` prints them (topic, partition, offset, key, headers, payload:
+ * the signatures ride in the headers and cover the key). They are
  * applied through the controller's own fold (cnx__ctl_apply_logged), in an
  * interleaving of the partitions drawn from SEED (each partition in its
  * own order, as Kafka delivers it), in transactions of random size; and
@@ -34,6 +35,9 @@ typedef struct part {
     size_t early; /* decisions before this index were applied early */
     int64_t *offsets;
     char **payloads;
+    char **keys;              /* NULL: none */
+    cnx_kafka_header **headers; /* the signature and its key id */
+    size_t *nheaders;
 } part;
 
 static uint64_t rng;
@@ -104,10 +108,12 @@ static void apply_early(ctl *c, part *p, size_t *applied)
     m.offset = -1;
     m.value = p->payloads[i];
     m.len = strlen(p->payloads[i]);
+    c->authentic = 1; /* as the live controller applies its own */
     if (ctl_apply(c, &m) != 0) {
         fprintf(stderr, "fold_replay: early: %s\n", cnx_error_last()->message);
         exit(1);
     }
+    c->authentic = 0;
     p->early = i + 1;
     (*applied)++;
 }
@@ -122,14 +128,15 @@ int main(int argc, char **argv)
     ctl c;
     int in_txn = 0, txn_left = 0;
 
-    if (argc != 5) {
-        fprintf(stderr, "usage: fold_replay LEDGER TRUST_DIR SEED FILE\n");
+    if (argc != 6) {
+        fprintf(stderr, "usage: fold_replay LEDGER TRUST_DIR CONTROLLER_KEY "
+                        "SEED FILE\n");
         return 1;
     }
-    rng = strtoull(argv[3], NULL, 10) * 2654435761ULL + 1;
-    f = fopen(argv[4], "r");
+    rng = strtoull(argv[4], NULL, 10) * 2654435761ULL + 1;
+    f = fopen(argv[5], "r");
     if (f == NULL) {
-        perror(argv[4]);
+        perror(argv[5]);
         return 1;
     }
     while (fgets(line, sizeof(line), f) != NULL) {
@@ -148,10 +155,31 @@ int main(int argc, char **argv)
             p->cap = p->cap ? 2 * p->cap : 64;
             p->offsets = realloc(p->offsets, p->cap * sizeof(*p->offsets));
             p->payloads = realloc(p->payloads, p->cap * sizeof(*p->payloads));
+            p->keys = realloc(p->keys, p->cap * sizeof(*p->keys));
+            p->headers = realloc(p->headers, p->cap * sizeof(*p->headers));
+            p->nheaders = realloc(p->nheaders, p->cap * sizeof(*p->nheaders));
         }
         p->offsets[p->n] = json_integer_value(json_object_get(m, "offset"));
         p->payloads[p->n] = strndup(json_string_value(payload),
                                     json_string_length(payload));
+        {
+            /* kcat -J: "key" a string or null, "headers" [name, value, ...]
+             * (absent when none). */
+            json_t *k = json_object_get(m, "key");
+            json_t *hs = json_object_get(m, "headers");
+            size_t nh = json_is_array(hs) ? json_array_size(hs) / 2 : 0;
+            p->keys[p->n] = json_is_string(k) ? strdup(json_string_value(k))
+                                              : NULL;
+            p->headers[p->n] = calloc(nh + 1, sizeof(cnx_kafka_header));
+            p->nheaders[p->n] = nh;
+            for (size_t h = 0; h < nh; h++) {
+                const char *hn = json_string_value(json_array_get(hs, 2 * h));
+                const char *hv =
+                    json_string_value(json_array_get(hs, 2 * h + 1));
+                p->headers[p->n][h].name = strdup(hn ? hn : "");
+                p->headers[p->n][h].value = strdup(hv ? hv : "");
+            }
+        }
         p->n++;
         total++;
         json_decref(m);
@@ -161,6 +189,7 @@ int main(int argc, char **argv)
     memset(&opts, 0, sizeof(opts));
     opts.ledger = argv[1];
     opts.trust_dir = argv[2];
+    opts.key_path = argv[3];
     opts.batch = 1000;
     opts.price_per_core_hour = -1;
     if (cnx__ctl_open(&c, &opts) != 0) {
@@ -191,6 +220,10 @@ int main(int argc, char **argv)
         m.offset = p->offsets[p->next];
         m.value = p->payloads[p->next];
         m.len = strlen(p->payloads[p->next]);
+        m.key = p->keys[p->next];
+        m.key_len = m.key ? strlen(p->keys[p->next]) : 0;
+        m.headers = p->headers[p->next];
+        m.nheaders = p->nheaders[p->next];
         if (cnx__ctl_apply_logged(&c, &m) != 0) {
             fprintf(stderr, "fold_replay: %s\n", cnx_error_last()->message);
             return 1;

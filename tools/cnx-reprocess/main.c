@@ -4,8 +4,9 @@
  * stage with an ETA against the deadline, then a summary with the SLO, the
  * cost and whether every task repeated from an earlier run gave
  * bit-identical outputs. The request and the controller's answers travel
- * on cnx.requests (docs/reprocess.md); this file is the loop around Kafka,
- * the clock and the terminal, the rest is libcnx/src/reprocess.c.
+ * on cnx.requests (docs/reprocess.md); this file parses the command line
+ * and builds the request; submitting and following it is
+ * libcnx/src/reprocess_run.c, the rest libcnx/src/reprocess.c.
  */
 #include <getopt.h>
 #include <limits.h>
@@ -24,11 +25,11 @@
 #include "cnx/lineage.h"
 #include "cnx/log.h"
 #include "cnx/reprocess.h"
+#include "cnx/reprocess_run.h"
 #include "cnx/workflow.h"
 
 #define PROG "cnx-reprocess"
 #define ANSWER_TIMEOUT_S 60
-#define POLL_MS 200
 
 static volatile sig_atomic_t interrupted;
 
@@ -41,13 +42,20 @@ static void on_signal(int sig)
 static void usage(FILE *out)
 {
     fprintf(out,
-        "usage: " PROG " --brokers LIST --workflow NAME --dataset URL\n"
+        "usage: " PROG " --brokers LIST --controller-key FILE\n"
+        "                     --workflow NAME --dataset URL\n"
         "                     --roi x0,y0,z0,x1,y1,z1 [options]\n\n"
         "Asks the controller to reprocess a region of a dataset through a\n"
         "workflow; with --wait, follows it and reports the deadline (SLO),\n"
         "the cost and whether repeated tasks gave bit-identical outputs.\n\n"
         "  --brokers LIST        Kafka bootstrap servers\n"
         "  --kafka-config FILE   extra librdkafka settings (TLS, SASL)\n"
+        "  --broker-timeout S    give up (exit 1) once no broker has\n"
+        "                        answered for S seconds (default 120)\n"
+        "  --controller-key FILE the controller's Ed25519 public key (PEM):\n"
+        "                        only answers signed with it count; any\n"
+        "                        other is reported once and skipped\n"
+        "                        (docs/security.md)\n"
         "  --workflow NAME       workflow <dir>/NAME.json; a NAME with a '/'\n"
         "                        or ending in .json is a path\n"
         "  --workflows DIR       workflow directory (default $CNX_WORKFLOWS,\n"
@@ -173,280 +181,18 @@ static void submitter(char *out, size_t n)
     snprintf(out, n, "%s@%s", user, host);
 }
 
-/* Start positions for the reader: the ends taken just before producing. */
-typedef struct ends {
-    cnx_position *pos;
-    size_t n;
-} ends;
-
-static int64_t start_at(void *ctx, const char *topic, int32_t partition)
-{
-    const ends *e = ctx;
-    for (size_t i = 0; i < e->n; i++)
-        if (e->pos[i].partition == partition &&
-            strcmp(e->pos[i].topic, topic) == 0)
-            return e->pos[i].offset;
-    return CNX_OFFSET_END;
-}
-
-/*
- * A reader positioned at the current end of cnx.requests. An assignment
- * at "end" is resolved lazily by librdkafka, possibly after our request and
- * a fast answer are written; so ask for the ends first and start from those
- * exact offsets.
- */
-static int open_reader(cnx_consumer **out, const cnx_kafka_opts *k,
-                       int timeout_ms)
-{
-    static const char *const topics[] = {CNX_TOPIC_REQUESTS};
-    cnx_consumer *probe = NULL;
-    ends e = {NULL, 0};
-    int rc = cnx_reader_new(&probe, k, topics, 1, NULL, NULL);
-    if (rc == 0)
-        rc = cnx_reader_ends(probe, &e.pos, &e.n, timeout_ms);
-    cnx_consumer_free(probe);
-    if (rc == 0)
-        rc = cnx_reader_new(out, k, topics, 1, start_at, &e);
-    free(e.pos);
-    return rc;
-}
-
-typedef struct run {
-    const char *request;
-    int json;
-    int quiet;
-    int wait;
-    int tty;
-    char *plan;      /* the accepted message, JSON */
-    size_t plan_len;
-} run;
-
-static void put_text(const char *s)
-{
-    if (s != NULL && s[0] != '\0') {
-        fputs(s, stderr);
-        fflush(stderr);
-    }
-}
-
-/* Print a result as JSON on stdout (--json). */
-static void put_json(const run *r, const cnx_message *msg, int code)
-{
-    char *out = NULL;
-    if (cnx_reprocess_result_json(msg->value, msg->len, r->plan,
-                                  r->plan_len, code, &out) == 0)
-        printf("%s\n", out);
-    else
-        fprintf(stderr, PROG ": %s\n", cnx_error_last()->message);
-    free(out);
-}
-
-/* Give up with exit status 1. */
-static int fail_runtime(const run *r, const char *what)
-{
-    fprintf(stderr, PROG ": %s\n", what);
-    if (r->json) {
-        char *out = NULL;
-        if (cnx_reprocess_error_json(r->request, what, CNX_REPROCESS_ERROR,
-                                     &out) == 0)
-            printf("%s\n", out);
-        free(out);
-    }
-    return CNX_REPROCESS_ERROR;
-}
-
-static void report_accepted(const run *r, const cnx_request_state *st)
-{
-    if (r->quiet || r->json)
-        return;
-    fprintf(stderr, "request %s: %lld task%s in %zu stage%s\n",
-            st->request, (long long)st->tasks, st->tasks == 1 ? "" : "s",
-            st->nstages, st->nstages == 1 ? "" : "s");
-    for (size_t i = 0; i < st->nstages; i++) {
-        const cnx_state_stage *s = &st->stages[i];
-        fprintf(stderr,
-                "  %s (%s, %s): %lld tasks over [%lld,%lld,%lld]-[%lld,"
-                "%lld,%lld] at %s -> %s %s\n",
-                s->stage, s->worker, s->reduce ? "reduce" : "map",
-                (long long)s->tasks, (long long)s->region.min[0],
-                (long long)s->region.min[1], (long long)s->region.min[2],
-                (long long)s->region.max[0], (long long)s->region.max[1],
-                (long long)s->region.max[2], s->scale, s->output_layer,
-                s->output_scale);
-    }
-    for (size_t i = 0; i < st->nnotes; i++)
-        fprintf(stderr, "  note: %s\n", st->notes[i]);
-    fprintf(stderr, "  deadline %s\n", st->deadline);
-}
-
-/*
- * Follow the request until the answer (and with --wait, the end). Returns
- * the exit status.
- */
-static int follow(run *r, cnx_consumer *reader, double answer_by,
-                  double finish_by, int timeout_s)
-{
-    cnx_reprocess_view *view = NULL;
-    int accepted = 0, warned = 0, code = -1;
-    char why[600];
-
-    if (cnx_reprocess_view_new(&view, r->tty) != 0)
-        return fail_runtime(r, cnx_error_last()->message);
-    while (code < 0) {
-        cnx_message *msg = NULL;
-        cnx_request_state *st = NULL;
-        double mono = cnx_now();
-        char *txt = NULL;
-        int rc;
-
-        if (interrupted) {
-            snprintf(why, sizeof(why),
-                     "interrupted; request %s goes on at the controller",
-                     r->request);
-            code = fail_runtime(r, why);
-            break;
-        }
-        if (!accepted && mono > answer_by) {
-            snprintf(why, sizeof(why),
-                     "no answer from the controller within %d s (request "
-                     "%s; is cnx-controller running?)",
-                     timeout_s, r->request);
-            code = fail_runtime(r, why);
-            break;
-        }
-        if (mono > finish_by) {
-            snprintf(why, sizeof(why),
-                     "request %s not finished within %d s (it goes on at "
-                     "the controller)",
-                     r->request, timeout_s);
-            code = fail_runtime(r, why);
-            break;
-        }
-        if (r->wait && accepted && !r->quiet &&
-            cnx_reprocess_view_tick(view, mono, (int64_t)time(NULL),
-                                    &txt) == 0)
-            put_text(txt);
-        free(txt);
-        txt = NULL;
-        rc = cnx_consumer_poll(reader, POLL_MS, &msg);
-        if (rc != 0 && !cnx_error_last()->retriable && msg == NULL) {
-            snprintf(why, sizeof(why), "reading %s: %s", CNX_TOPIC_REQUESTS,
-                     cnx_error_last()->message);
-            code = fail_runtime(r, why);
-            break;
-        }
-        if (msg == NULL)
-            continue;
-        if (msg->value == NULL ||
-            (msg->key != NULL &&
-             (msg->key_len != strlen(r->request) ||
-              memcmp(msg->key, r->request, msg->key_len) != 0))) {
-            cnx_message_free(msg);
-            continue;
-        }
-        rc = cnx_request_state_parse(&st, msg->value, msg->len);
-        if (rc != 0) {
-            /* Our own request (another schema) is expected; a malformed
-             * answer is reported once and skipped. */
-            if (rc != CNX_ENOTFOUND && !warned && !r->quiet) {
-                fprintf(stderr, PROG ": ignoring a malformed message at %s "
-                                "[%d] offset %lld: %s\n",
-                        msg->topic, (int)msg->partition,
-                        (long long)msg->offset, cnx_error_last()->message);
-                cnx_reprocess_view_detach(view);
-                warned = 1;
-            }
-            cnx_message_free(msg);
-            continue;
-        }
-        if (strcmp(st->request, r->request) != 0) {
-            cnx_request_state_free(st);
-            cnx_message_free(msg);
-            continue;
-        }
-        switch (st->type) {
-        case CNX_STATE_REFUSED:
-            if (accepted)
-                break;
-            fprintf(stderr, PROG ": request %s refused: %s\n", st->request,
-                    st->error);
-            code = CNX_REPROCESS_USAGE;
-            if (r->json)
-                put_json(r, msg, code);
-            break;
-        case CNX_STATE_ACCEPTED:
-            if (accepted)
-                break;
-            accepted = 1;
-            free(r->plan);
-            r->plan = malloc(msg->len + 1);
-            if (r->plan == NULL) {
-                code = fail_runtime(r, "out of memory");
-                break;
-            }
-            memcpy(r->plan, msg->value, msg->len);
-            r->plan[msg->len] = '\0';
-            r->plan_len = msg->len;
-            report_accepted(r, st);
-            if (!r->wait) {
-                code = CNX_REPROCESS_DONE;
-                if (r->json)
-                    put_json(r, msg, code);
-                else
-                    printf("%s\n", r->request);
-            }
-            break;
-        case CNX_STATE_PROGRESS:
-        case CNX_STATE_SLO:
-            /* The controller answers in order (one key, one partition),
-             * so this is past its acceptance (whose message we missed only
-             * if it was lost). */
-            accepted = 1;
-            if (!r->wait) {
-                code = CNX_REPROCESS_DONE;
-                if (r->json)
-                    put_json(r, msg, code);
-                else
-                    printf("%s\n", r->request);
-                break;
-            }
-            if (!r->quiet && cnx_reprocess_view_update(
-                                 view, st, mono, (int64_t)time(NULL),
-                                 &txt) == 0)
-                put_text(txt);
-            free(txt);
-            txt = NULL;
-            break;
-        case CNX_STATE_FINISHED:
-            accepted = 1;
-            code = cnx_reprocess_exit_code(st);
-            if (!r->quiet &&
-                cnx_reprocess_summary_text(st, &txt) == 0)
-                put_text(txt);
-            free(txt);
-            txt = NULL;
-            if (r->json)
-                put_json(r, msg, code);
-            break;
-        }
-        cnx_request_state_free(st);
-        cnx_message_free(msg);
-    }
-    cnx_reprocess_view_free(view);
-    fflush(stdout);
-    return code;
-}
-
 int main(int argc, char **argv)
 {
     enum {
         O_BROKERS = 256, O_KCONF, O_WORKFLOW, O_WORKFLOWS, O_DATASET, O_ROI,
         O_DEADLINE, O_WAIT, O_JSON, O_REUSE, O_REQUEST, O_TIMEOUT, O_QUIET,
-        O_HELP, O_VERSION
+        O_HELP, O_VERSION, O_BROKER_TIMEOUT, O_CKEY
     };
     static const struct option longopts[] = {
         {"brokers", required_argument, NULL, O_BROKERS},
         {"kafka-config", required_argument, NULL, O_KCONF},
+        {"broker-timeout", required_argument, NULL, O_BROKER_TIMEOUT},
+        {"controller-key", required_argument, NULL, O_CKEY},
         {"workflow", required_argument, NULL, O_WORKFLOW},
         {"workflows", required_argument, NULL, O_WORKFLOWS},
         {"dataset", required_argument, NULL, O_DATASET},
@@ -461,7 +207,7 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0}};
-    cnx_kafka_opts k = {NULL, NULL, PROG};
+    cnx_kafka_opts k = {NULL, NULL, PROG, 0};
     cnx_request_spec spec;
     const char *workflow = NULL, *workflows = NULL, *dataset = NULL;
     const char *roi = NULL, *deadline = "24h", *request = NULL;
@@ -471,11 +217,8 @@ int main(int argc, char **argv)
     int timeout_given = 0, reuse = 0, c;
     cnx_workflow *wf = NULL;
     char *dataset_url = NULL, *body = NULL;
-    cnx_producer *producer = NULL;
-    cnx_consumer *reader = NULL;
-    run r;
+    cnx_reprocess_run r;
     int code = CNX_REPROCESS_ERROR;
-    double t0;
 
     memset(&r, 0, sizeof(r));
     memset(&spec, 0, sizeof(spec));
@@ -484,6 +227,13 @@ int main(int argc, char **argv)
         switch (c) {
         case O_BROKERS: k.brokers = optarg; break;
         case O_KCONF: k.config_file = optarg; break;
+        case O_BROKER_TIMEOUT:
+            if (cnx_kafka_broker_timeout_parse(optarg,
+                                               &k.broker_timeout_s) != 0)
+                return fail_usage("--broker-timeout '%s': want seconds "
+                                  "over 0, at most 86400", optarg);
+            break;
+        case O_CKEY: r.controller_key = optarg; break;
         case O_WORKFLOW: workflow = optarg; break;
         case O_WORKFLOWS: workflows = optarg; break;
         case O_DATASET: dataset = optarg; break;
@@ -512,6 +262,8 @@ int main(int argc, char **argv)
         return fail_usage("unexpected argument '%s'", argv[optind]);
     if (k.brokers == NULL)
         return fail_usage("missing --brokers");
+    if (r.controller_key == NULL)
+        return fail_usage("missing --controller-key");
     if (workflow == NULL)
         return fail_usage("missing --workflow");
     if (dataset == NULL)
@@ -555,34 +307,24 @@ int main(int argc, char **argv)
     if (cnx_request_build(&spec, &body) != 0)
         goto usage_error;
 
+    r.kafka = k;
+    r.prog = PROG;
     r.request = id;
     r.tty = isatty(STDERR_FILENO);
+    r.timeout_s = (int)timeout_s;
+    r.timeout_given = timeout_given;
+    r.interrupted = &interrupted;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    if (open_reader(&reader, &k, (int)(timeout_s < 30 ? timeout_s : 30) *
-                                     1000) != 0 ||
-        cnx_producer_new(&producer, &k) != 0 ||
-        cnx_producer_send(producer, CNX_TOPIC_REQUESTS, id, body,
-                          strlen(body), NULL, 0) != 0 ||
-        cnx_producer_flush(producer, (int)(timeout_s < 30 ? timeout_s : 30) *
-                                         1000) != 0) {
-        code = fail_runtime(&r, cnx_error_last()->message);
-        goto done;
-    }
-    t0 = cnx_now();
-    code = follow(&r, reader, t0 + (double)timeout_s,
-                  r.wait && !timeout_given ? 1e300 : t0 + (double)timeout_s,
-                  (int)timeout_s);
+    code = cnx_reprocess_submit_follow(&r, body);
     goto done;
 usage_error:
     fprintf(stderr, PROG ": %s\n", cnx_error_last()->message);
     code = CNX_REPROCESS_USAGE;
 done:
-    cnx_consumer_free(reader);
-    cnx_producer_free(producer);
     cnx_workflow_free(wf);
     free(dataset_url);
     free(body);
-    free(r.plan);
+    free(r.finished);
     return code;
 }

@@ -35,6 +35,8 @@ static void usage(FILE *out)
             "Publishes the tasks of one stage over a region of a layer.\n\n"
             "  --brokers LIST        Kafka bootstrap servers\n"
             "  --kafka-config FILE   extra librdkafka settings\n"
+            "  --broker-timeout S    give up once no broker has answered\n"
+            "                        for S seconds (default 120)\n"
             "  --stage NAME          downsample (default), segment or mesh\n"
             "  --layer URL           input layer\n"
             "  --scale KEY           input scale (default: the first)\n"
@@ -91,11 +93,12 @@ int main(int argc, char **argv)
     enum {
         O_BROKERS = 256, O_KCONF, O_STAGE, O_LAYER, O_SCALE, O_OUTPUT,
         O_OSCALE, O_ROI, O_TASK, O_HALO, O_PARAMS, O_REQUEST, O_DEADLINE,
-        O_BUDGET, O_URGENT, O_REVERSE, O_DRY, O_HELP
+        O_BUDGET, O_URGENT, O_REVERSE, O_DRY, O_HELP, O_BROKER_TIMEOUT
     };
     static const struct option longopts[] = {
         {"brokers", required_argument, NULL, O_BROKERS},
         {"kafka-config", required_argument, NULL, O_KCONF},
+        {"broker-timeout", required_argument, NULL, O_BROKER_TIMEOUT},
         {"stage", required_argument, NULL, O_STAGE},
         {"layer", required_argument, NULL, O_LAYER},
         {"scale", required_argument, NULL, O_SCALE},
@@ -114,7 +117,7 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0}};
     cnx_submit_opts o;
-    cnx_kafka_opts k = {NULL, NULL, PROG};
+    cnx_kafka_opts k = {NULL, NULL, PROG, 0};
     char request[64], deadline[32], oscale[CNX_SCALE_KEY_MAX], topic[96];
     const char *deadline_arg = "24h";
     int64_t v[6];
@@ -132,6 +135,12 @@ int main(int argc, char **argv)
         switch (c) {
         case O_BROKERS: k.brokers = optarg; break;
         case O_KCONF: k.config_file = optarg; break;
+        case O_BROKER_TIMEOUT:
+            if (cnx_kafka_broker_timeout_parse(optarg,
+                                               &k.broker_timeout_s) != 0)
+                return fail_usage("bad --broker-timeout (seconds over 0, "
+                                  "at most 86400)", optarg);
+            break;
         case O_STAGE: o.stage = optarg; break;
         case O_LAYER: o.layer = optarg; break;
         case O_SCALE: o.scale = optarg; break;

@@ -19,6 +19,7 @@ static const char *const commands[][2] = {
     {"keygen", "Ed25519 key pair that signs worker manifests"},
     {"controller", "the ledger's single writer: plans, releases, SLOs"},
     {"reprocess", "reprocess a region through a workflow, with its SLO"},
+    {"replay", "finish a request whose tasks were dead-lettered"},
     {"submit", "publish the tasks of a stage over a region"},
     {"downsample", "worker: one mip level of a layer's pyramid per task"},
     {"demo", "the whole stack on this machine (scripts/demo.sh)"},

@@ -46,6 +46,34 @@ const char *cnx_broker_bootstraps(const cnx_broker *broker);
 /** @return how many topics the broker made. */
 size_t cnx_broker_topic_count(const cnx_broker *broker);
 
+/* Longest command cnx_broker_control takes (bytes). */
+#define CNX_BROKER_CONTROL_MAX 1024
+
+/**
+ * Inject a fault through the mock cluster's own API (rdkafka_mock.h), for
+ * tests: one command, words separated by blanks.
+ *
+ *   request-errors API ERROR[*N] ...  the next requests of API fail with
+ *                                     these errors, in order (any broker)
+ *   down ID | up ID                   broker ID stops / starts listening
+ *                                     (its connections are closed)
+ *   leader TOPIC PARTITION ID         partition's leader becomes broker ID
+ *                                     (-1: no leader)
+ *   rtt ID MS                         broker ID answers MS ms late
+ *   clear API                         drop API's queued request errors
+ *
+ * API is a Kafka API name (Produce, Fetch, ListOffsets, Metadata,
+ * OffsetCommit, OffsetFetch, FindCoordinator, JoinGroup, Heartbeat,
+ * LeaveGroup, SyncGroup, InitProducerId, ...) or its number; ERROR a
+ * Kafka error name as librdkafka spells it without its prefix
+ * (NOT_LEADER_FOR_PARTITION, REQUEST_TIMED_OUT, ...) or its number; *N
+ * repeats it N times (at most 10000 errors per command).
+ * @return 0; CNX_EINVAL naming what is wrong (nothing is done then);
+ *         CNX_EIO with librdkafka's reason if the mock refuses it.
+ * Thread-safety: one command at a time per broker.
+ */
+int cnx_broker_control(cnx_broker *broker, const char *command);
+
 /** Stop the cluster (its messages are lost) and free. Accepts NULL. */
 void cnx_broker_free(cnx_broker *broker);
 

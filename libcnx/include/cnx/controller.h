@@ -34,7 +34,9 @@ extern "C" {
 typedef struct cnx_controller_opts {
     cnx_kafka_opts kafka;
     const char *ledger;     /* SQLite file */
-    const char *trust_dir;  /* trusted public keys (*.pem, *.pub) */
+    const char *trust_dir;  /* the workers' public keys (*.pem, *.pub) */
+    const char *key_path;   /* the controller's private key: it signs its
+                             * decisions and trusts only those it signed */
     int rebuild;            /* apply the topics from the start, then exit */
     double price_per_core_hour; /* < 0: unknown */
     double progress_s;      /* progress message period, default 1 */

@@ -44,7 +44,24 @@ typedef struct cnx_kafka_opts {
                                 not set what cnx's guarantees rest on
                                 (see docs/kafka.md) */
     const char *client_id;   /* optional client.id */
+    /* Give up once no broker has answered for this long (seconds; 0:
+     * CNX_KAFKA_BROKER_TIMEOUT_S): cnx_consumer_poll and
+     * cnx_producer_flush then fail, not retriable, with one line naming
+     * the bootstrap list and librdkafka's last connection error. */
+    double broker_timeout_s;
 } cnx_kafka_opts;
+
+/* Default of cnx_kafka_opts.broker_timeout_s (seconds). */
+#define CNX_KAFKA_BROKER_TIMEOUT_S 120.0
+/* Largest --broker-timeout the programs accept (seconds, one day). */
+#define CNX_KAFKA_BROKER_TIMEOUT_MAX 86400.0
+
+/**
+ * Parse a --broker-timeout value: seconds, a decimal number over 0 and at
+ * most CNX_KAFKA_BROKER_TIMEOUT_MAX ("10", "2.5").
+ * @return 0; CNX_EINVAL naming the value.
+ */
+int cnx_kafka_broker_timeout_parse(const char *text, double *seconds);
 
 /** A message header (text values only). */
 typedef struct cnx_kafka_header {
@@ -93,8 +110,11 @@ void cnx_producer_prepare(cnx_producer *producer, const char *const *topics,
  *         messages stay queued and a later flush may succeed) or if any
  *         delivery since the last flush failed (the message says which
  *         topic and why); CNX_EIO, not retriable, once the producer has
- *         failed fatally and must be recreated. With several threads
- *         sending, a flush reports failures of every thread's messages.
+ *         failed fatally and must be recreated, or once no broker has
+ *         answered for the opts' broker_timeout_s ("broker unreachable
+ *         for 120 s (bootstrap ...): <librdkafka's last reason>"). With
+ *         several threads sending, a flush reports failures of every
+ *         thread's messages.
  */
 int cnx_producer_flush(cnx_producer *producer, int timeout_ms);
 
@@ -109,6 +129,10 @@ typedef struct cnx_message {
     size_t key_len;
     const void *value;
     size_t len;
+    /* Headers of a message made by the caller (a replayed log, a test);
+     * a consumed message's are read from handle_. */
+    const cnx_kafka_header *headers;
+    size_t nheaders;
     void *handle_; /* internal */
 } cnx_message;
 
@@ -151,8 +175,10 @@ void cnx_consumer_close(cnx_consumer *consumer, double deadline);
  * @param[out] out  NULL on timeout; else free with cnx_message_free()
  * @return 0; CNX_EIO for a consumer error the caller should log: retriable
  *         means poll again, not retriable means the consumer has failed
- *         fatally (e.g. its static instance id was taken over) and must be
- *         freed; CNX_ETOOBIG (fatal for that message) if its key or value
+ *         fatally (e.g. its static instance id was taken over) or no
+ *         broker has answered for the opts' broker_timeout_s (the message
+ *         says "broker unreachable for ...") and must be freed;
+ *         CNX_ETOOBIG (fatal for that message) if its key or value
  *         is over CNX_KAFKA_MAX_MESSAGE: *out is then set anyway, with
  *         value and key NULL, so the caller can dead-letter it by topic,
  *         partition and offset and commit past it.
@@ -175,6 +201,23 @@ int cnx_consumer_assignment_count(cnx_consumer *consumer);
  *         was reassigned (the work is then redone elsewhere, idempotently).
  */
 int cnx_consumer_commit(cnx_consumer *consumer, const cnx_message *msg);
+
+/**
+ * How many times the cluster answered again after a consumer had seen it
+ * unreachable (a connection error, then a successful metadata request):
+ * the moments to check whether the broker came back as another cluster
+ * or with a shorter log. Counted as cnx_consumer_poll runs.
+ */
+unsigned cnx_consumer_reconnects(cnx_consumer *consumer);
+
+/**
+ * The cluster id the cluster last reported (Kafka's ClusterId), asked for
+ * if not known yet.
+ * @return 0; CNX_EIO if the cluster does not answer within timeout_ms or
+ *         reports none; CNX_ERANGE if it does not fit in n bytes.
+ */
+int cnx_consumer_cluster_id(cnx_consumer *consumer, char *buf, size_t n,
+                            int timeout_ms);
 
 /* Start positions for cnx_reader_new. */
 #define CNX_OFFSET_BEGINNING (-2)

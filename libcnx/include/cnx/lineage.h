@@ -128,6 +128,32 @@ int cnx_dsse_verify_type(const char *envelope, size_t len,
                          uint8_t **payload, size_t *payload_len, int *signer,
                          char **type);
 
+/** Room for a detached signature in base64 (88 characters) and its NUL. */
+#define CNX_DSSE_SIG_MAX 96
+
+/**
+ * Sign the DSSE PAE of (type, body) and give the signature alone, as
+ * standard base64 with padding: what a DSSE envelope's "sig" would hold,
+ * for bodies that travel without an envelope (Kafka messages: the
+ * signature rides in a header, docs/security.md).
+ * @param type  1 to 256 printable ASCII characters
+ * @return 0; CNX_EINVAL for a public key or a bad type; CNX_ENOMEM.
+ */
+int cnx_dsse_sign_detached(const cnx_key *key, const char *type,
+                           const void *body, size_t len,
+                           char sig[CNX_DSSE_SIG_MAX]);
+
+/**
+ * Check a detached signature (base64) of the PAE of (type, body) against
+ * every trusted key.
+ * @param[out] signer  optional: index in trusted of the key that verified
+ * @return 0; CNX_EDIGEST if no trusted key verifies it; CNX_ESCHEMA if sig
+ *         is not base64; CNX_EINVAL if ntrusted is 0; CNX_ENOMEM.
+ */
+int cnx_dsse_verify_detached(const char *type, const void *body, size_t len,
+                             const char *sig, cnx_key *const *trusted,
+                             size_t ntrusted, int *signer);
+
 /* ---- provenance ---------------------------------------------------- */
 
 /** One artifact: a URI-ish name ("<layer url>/<object>") and its digest. */

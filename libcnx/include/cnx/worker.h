@@ -8,8 +8,9 @@
  * expected digests and every write is recorded, publishes the events and a
  * signed manifest, waits for the broker's acknowledgement, and only then
  * commits the offset. Retriable failures are retried with backoff up to the
- * task's budget; the rest, and malformed messages, go to cnx.dlq with a
- * replay bundle. SIGTERM stops intake and finishes or abandons the current
+ * task's budget, the last attempt over a retry window (an outage is waited
+ * out); the rest, and malformed messages, go to cnx.dlq with a replay
+ * bundle. SIGTERM stops intake and finishes or abandons the current
  * task within the grace period. See docs/worker.md.
  */
 #ifndef CNX_WORKER_H
@@ -96,12 +97,18 @@ int cnx_stage_put(cnx_stage_io *io, const char *name, const void *data,
 /** Count voxels processed (for events and metrics). */
 void cnx_stage_add_voxels(cnx_stage_io *io, int64_t voxels);
 
+/* Default --retry-window, seconds: under the default lease of a started
+ * task (a stage's lease_s, 600 s), leaving room for the task itself. */
+#define CNX_WORKER_RETRY_WINDOW_S 300.0
+
 /** Worker settings (from the common command line). */
 typedef struct cnx_worker_opts {
     cnx_kafka_opts kafka;
     const char *instance;         /* group.instance.id; default host-pid */
     const char *group;            /* default "cnx.<stage>" */
     const char *key_path;         /* Ed25519 private key (required) */
+    const char *controller_key_path; /* NULL, or the controller's public
+                                      * key: tasks must bear its signature */
     const char *container_digest; /* optional "sha256:..." */
     int allow_dirty;              /* run even if built from a dirty tree */
     double grace_s;               /* SIGTERM grace, default 25 */
@@ -110,6 +117,10 @@ typedef struct cnx_worker_opts {
     double idle_exit_s;           /* exit 0 after idle this long (0: never) */
     int slow_ms;                  /* test only: sleep in each task */
     int session_timeout_ms;       /* 0: default */
+    double retry_window_s;        /* retriable failures of a task's last
+                                   * attempt are retried in place until
+                                   * this long after its first failure
+                                   * (default 300; 0: dead-letter at once) */
     const char *cache_dir;        /* read cache (NULL: $CNX_CACHE_DIR) */
     uint64_t cache_max_bytes;     /* 0: default */
     int quiet;

@@ -22,6 +22,7 @@ static void test_ledger__wal_stays_bounded_over_many_commits(void **state)
     cnx_key *key = NULL;
     struct stat sb;
     char dir[64], keys[96], trust[96], ledger[96], wal[112], cmd[400];
+    char keyfile[112];
     (void)state;
 
     cnx_test_tmpdir(dir);
@@ -39,6 +40,8 @@ static void test_ledger__wal_stays_bounded_over_many_commits(void **state)
     memset(&o, 0, sizeof(o));
     o.ledger = ledger;
     o.trust_dir = trust;
+    snprintf(keyfile, sizeof(keyfile), "%s/cnx.key", keys);
+    o.key_path = keyfile;
     o.batch = 1000;
     assert_int_equal(cnx__ctl_open(&c, &o), 0);
     for (int i = 0; i < 3000; i++) {

@@ -20,6 +20,7 @@
 #include "cnx/broker.h"
 #include "cnx/error.h"
 #include "cnx/kafka.h"
+#include "cnx/log.h"
 
 #define POLL_MS 100
 #define WAIT_MS 15000
@@ -731,6 +732,130 @@ static void test_kafka__broker_serves_cnx_topics(void **state)
     cnx_broker_free(NULL);
 }
 
+/* Defect 5 of issue 13: a gone broker ends a poll and a flush after
+ * broker_timeout_s with one line naming it, instead of never; a broker
+ * that comes back counts as a reconnect. */
+static void test_kafka__gone_broker_ends_poll_and_flush(void **state)
+{
+    static const char *const topics[] = {CNX_TOPIC_EVENTS};
+    cnx_kafka_opts opts = {0};
+    cnx_broker *broker = NULL;
+    cnx_consumer *reader = NULL, *patient = NULL;
+    cnx_producer *producer = NULL;
+    cnx_message *msg = NULL;
+    char id[128];
+    double t0;
+    int rc = 0;
+    (void)state;
+
+    assert_int_equal(cnx_broker_new(&broker, 1, 1, "a"), 0);
+    opts.brokers = cnx_broker_bootstraps(broker);
+    opts.broker_timeout_s = 2;
+    assert_int_equal(cnx_reader_new(&reader, &opts, topics, 1, NULL, NULL), 0);
+    opts.broker_timeout_s = 600;
+    assert_int_equal(cnx_reader_new(&patient, &opts, topics, 1, NULL, NULL),
+                     0);
+    opts.broker_timeout_s = 2;
+    assert_int_equal(cnx_producer_new(&producer, &opts), 0);
+    assert_int_equal(cnx_consumer_cluster_id(reader, id, sizeof(id), WAIT_MS),
+                     0);
+    assert_non_null(strstr(id, "mockCluster"));
+    assert_int_equal(
+        cnx_producer_send(producer, CNX_TOPIC_EVENTS, "k", "m0", 2, NULL, 0),
+        0);
+    assert_int_equal(cnx_producer_flush(producer, WAIT_MS), 0);
+    assert_int_equal(cnx_consumer_poll(reader, 200, &msg), 0);
+    cnx_message_free(msg);
+    assert_int_equal(cnx_consumer_reconnects(patient), 0);
+
+    assert_int_equal(cnx_broker_control(broker, "down 1"), 0);
+    t0 = cnx_now();
+    while (cnx_now() - t0 < 20 && rc == 0) {
+        msg = NULL;
+        rc = cnx_consumer_poll(reader, 100, &msg);
+        cnx_message_free(msg);
+        msg = NULL;
+        (void)cnx_consumer_poll(patient, 0, &msg); /* keeps its clock */
+        cnx_message_free(msg);
+    }
+    assert_int_equal(rc, CNX_EIO);
+    assert_int_equal(cnx_error_last()->retriable, 0);
+    assert_non_null(strstr(cnx_error_last()->message,
+                           "broker unreachable for 2 s (bootstrap 127.0.0.1:"));
+    assert_true(cnx_now() - t0 >= 2.0);
+    assert_true(cnx_now() - t0 < 10.0);
+
+    /* A flush waits no longer than the broker timeout either. */
+    assert_int_equal(
+        cnx_producer_send(producer, CNX_TOPIC_EVENTS, "k", "m1", 2, NULL, 0),
+        0);
+    t0 = cnx_now();
+    assert_int_equal(cnx_producer_flush(producer, 60000), CNX_EIO);
+    assert_int_equal(cnx_error_last()->retriable, 0);
+    assert_non_null(strstr(cnx_error_last()->message, "broker unreachable"));
+    assert_true(cnx_now() - t0 < 10.0);
+
+    /* Back up: the patient reader counts a reconnect. */
+    assert_int_equal(cnx_broker_control(broker, "up 1"), 0);
+    t0 = cnx_now();
+    while (cnx_consumer_reconnects(patient) == 0 && cnx_now() - t0 < 20) {
+        msg = NULL;
+        (void)cnx_consumer_poll(patient, 100, &msg);
+        cnx_message_free(msg);
+    }
+    assert_int_equal(cnx_consumer_reconnects(patient), 1);
+    cnx_producer_free(producer);
+    cnx_consumer_free(reader);
+    cnx_consumer_free(patient);
+    cnx_broker_free(broker);
+}
+
+static void test_kafka__broker_control_parses_commands(void **state)
+{
+    static const char *const good[] = {
+        "request-errors Produce NOT_LEADER_FOR_PARTITION*2 REQUEST_TIMED_OUT",
+        "request-errors 1 6",
+        "  clear   fetch ",
+        "leader cnx.events 0 1",
+        "leader cnx.events 0 -1",
+        "rtt 1 0",
+        "down 1",
+        "up 1",
+    };
+    static const char *const bad[] = {
+        "",
+        "request-errors Produce",
+        "request-errors Nope NOT_LEADER_FOR_PARTITION",
+        "request-errors Produce NO_SUCH_ERROR",
+        "request-errors Produce REQUEST_TIMED_OUT*0",
+        "request-errors Produce REQUEST_TIMED_OUT*10001",
+        "down",
+        "down 0",
+        "down x",
+        "up 17",
+        "leader cnx.events 0 0",
+        "leader cnx.events x 1",
+        "rtt 1",
+        "explode",
+    };
+    cnx_broker *broker = NULL;
+    size_t i;
+    (void)state;
+
+    assert_int_equal(cnx_broker_new(&broker, 1, 1, "a"), 0);
+    for (i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        if (cnx_broker_control(broker, good[i]) != 0)
+            fail_msg("'%s': %s", good[i], cnx_error_last()->message);
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (cnx_broker_control(broker, bad[i]) != CNX_EINVAL)
+            fail_msg("'%s' accepted", bad[i]);
+    /* The mock refuses what it does not have. */
+    assert_int_equal(cnx_broker_control(broker, "leader cnx.events 7 1"),
+                     CNX_EIO);
+    assert_int_equal(cnx_broker_control(broker, "down 2"), CNX_EIO);
+    cnx_broker_free(broker);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -748,6 +873,8 @@ int main(void)
         cmocka_unit_test(test_kafka__config_file_is_applied_and_checked),
         cmocka_unit_test(test_kafka__create_topics_accepts_existing_topics),
         cmocka_unit_test(test_kafka__broker_serves_cnx_topics),
+        cmocka_unit_test(test_kafka__gone_broker_ends_poll_and_flush),
+        cmocka_unit_test(test_kafka__broker_control_parses_commands),
     };
     /* Then, on a cluster of its own: members closed before their first
      * assignment keep their handles to the process exit, so this group's
