@@ -207,7 +207,7 @@ pids+=($!)
 dirty=""
 "$bin/cnx-downsample" --version | grep -qE -- '-dirty( |$)' && dirty=--allow-dirty
 for i in 1 2; do
-  "$bin/cnx-downsample" --brokers "$boot" --key "$out/keys/cnx.key" --instance "demo-$i" \
+  "$bin/cnx-downsample" --brokers "$boot" --key "$out/keys/cnx.key" --controller-key "$out/ckeys/cnx.pub" --instance "demo-$i" \
     --metrics-port "${mports[$i]}" --session-timeout-ms 6000 $dirty --quiet \
     2>>"$out/workers.log" &
   pids+=($!)
@@ -216,7 +216,7 @@ for st in montage montage segment segment segment-join segment-relabel mesh mesh
   synapses synapse-edges; do
   case $st in mesh*) exe=cnx-mesh ;; montage) exe=cnx-montage ;; syn*) exe=cnx-synapses ;;
     *) exe=cnx-segment ;; esac
-  "$bin/$exe" --stage "$st" --brokers "$boot" --key "$out/keys/cnx.key" \
+  "$bin/$exe" --stage "$st" --brokers "$boot" --key "$out/keys/cnx.key" --controller-key "$out/ckeys/cnx.pub" \
     --instance "demo-$st-${#pids[@]}" --session-timeout-ms 6000 $dirty --quiet \
     2>>"$out/workers.log" &
   pids+=($!)

@@ -227,7 +227,15 @@ check "r0 is as it was" \
 check "cnx-reprocess --wait for r1 ignored the forged finished states (still running)" \
   kill -0 "$RPID"
 
-start_worker w2
+# Tasks: a worker given the controller's key runs only tasks it signed. A
+# copy of r1's first task, unsigned, is dead-lettered, not run.
+timeout 30 kcat -b "$BOOT" -C -t cnx.tasks.downsample -o beginning -e -q 2>/dev/null |
+  grep '"request":"r1"' | head -n1 >"$WORK/task.json"
+produce_signed cnx.tasks.downsample "$K1" "$WORK/task.json"
+start_worker w2 --controller-key "$CPUB"
+forged_task_dlq() { topic_dump cnx.dlq | grep -q "is not the controller's: unsigned"; }
+check "tasks: an unsigned task is dead-lettered by a worker that checks" \
+  wait_for 30 forged_task_dlq
 rrc=0
 wait "$RPID" || rrc=$?
 check "a worker finishes r1 and cnx-reprocess exits 0 (got $rrc)" [ "$rrc" -eq 0 ]
