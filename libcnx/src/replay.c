@@ -189,30 +189,21 @@ int cnx_replay_release_parse(const char *json, size_t len,
                              const char *request,
                              char task_key[CNX_DIGEST_LEN], int *reused)
 {
-    json_t *doc = NULL;
-    const char *schema, *type, *req, *key;
-    int rc = CNX_ENOTFOUND;
-
-    if (json == NULL || len == 0 || json[0] != '{')
+    cnx_control d;
+    /* Decisions are parsed by their one owner (cnx/message.h); anything
+     * that is not one (events on the same topic, malformed messages) is
+     * simply not a release. */
+    if (json == NULL || len == 0 || json[0] != '{' ||
+        cnx_control_parse(&d, json, len) != 0) {
+        cnx_error_clear();
         return CNX_ENOTFOUND;
-    doc = json_loadb(json, len, JSON_REJECT_DUPLICATES, NULL);
-    if (doc == NULL)
-        return CNX_ENOTFOUND;
-    schema = jtext(doc, "schema");
-    type = jtext(doc, "type");
-    req = jtext(doc, "request");
-    key = jtext(doc, "task_key");
-    if (schema != NULL && strcmp(schema, CNX_CONTROL_SCHEMA) == 0 &&
-        type != NULL &&
-        (strcmp(type, "released") == 0 || strcmp(type, "reused") == 0) &&
-        req != NULL && strcmp(req, request) == 0 && key != NULL &&
-        cnx_digest_valid(key)) {
-        snprintf(task_key, CNX_DIGEST_LEN, "%s", key);
-        *reused = strcmp(type, "reused") == 0;
-        rc = 0;
     }
-    json_decref(doc);
-    return rc;
+    if ((strcmp(d.type, "released") != 0 && strcmp(d.type, "reused") != 0) ||
+        strcmp(d.request, request) != 0)
+        return CNX_ENOTFOUND;
+    snprintf(task_key, CNX_DIGEST_LEN, "%s", d.task_key);
+    *reused = strcmp(d.type, "reused") == 0;
+    return 0;
 }
 
 /* ---- the scan ----------------------------------------------------------- */

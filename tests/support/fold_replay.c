@@ -250,10 +250,20 @@ int main(int argc, char **argv)
            "%zu early, %zu rollbacks\n",
            total, nparts, applied, early, rollbacks);
     for (size_t i = 0; i < nparts; i++) {
-        for (size_t k = 0; k < parts[i].n; k++)
+        for (size_t k = 0; k < parts[i].n; k++) {
             free(parts[i].payloads[k]);
+            free(parts[i].keys[k]);
+            for (size_t h = 0; h < parts[i].nheaders[k]; h++) {
+                free((char *)parts[i].headers[k][h].name);
+                free((char *)parts[i].headers[k][h].value);
+            }
+            free(parts[i].headers[k]);
+        }
         free(parts[i].payloads);
         free(parts[i].offsets);
+        free(parts[i].keys);
+        free(parts[i].headers);
+        free(parts[i].nheaders);
     }
     free(parts);
     return 0;

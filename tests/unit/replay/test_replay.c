@@ -117,13 +117,20 @@ static void test_replay__dead_letters_are_picked_by_request(void **st)
 
 static void test_replay__releases_of_the_replay_are_found(void **st)
 {
-    const char *rel = "{\"schema\":\"cnx.control/1\",\"type\":\"released\","
-                      "\"request\":\"r2\",\"task_key\":\"" KEY "\"}";
-    const char *reu = "{\"schema\":\"cnx.control/1\",\"type\":\"reused\","
-                      "\"request\":\"r2\",\"task_key\":\"" KEY "\"}";
-    const char *dead = "{\"schema\":\"cnx.control/1\",\"type\":"
-                       "\"dead_lettered\",\"request\":\"r2\",\"task_key\":\""
-                       KEY "\"}";
+    /* Complete decisions, as the controller writes them (a decision the
+     * schema refuses is no release: cnx_control_parse). */
+#define DECISION(type)                                                         \
+    "{\"attempt\":1,\"index\":0,\"lane\":\"bulk\",\"reason\":\"ready\","       \
+    "\"request\":\"r2\",\"schema\":\"cnx.control/1\",\"stage\":\"ds1\","       \
+    "\"task_key\":\"" KEY "\",\"time\":\"2026-01-01T00:00:00Z\",\"type\":\""     \
+    type "\"}"
+    const char *rel = DECISION("released");
+    const char *reu = DECISION("reused");
+    const char *dead = DECISION("dead_lettered");
+    const char *partial = "{\"schema\":\"cnx.control/1\",\"type\":"
+                          "\"released\",\"request\":\"r2\",\"task_key\":\""
+                          KEY "\"}";
+#undef DECISION
     char key[CNX_DIGEST_LEN];
     int reused = -1;
     (void)st;
@@ -139,6 +146,9 @@ static void test_replay__releases_of_the_replay_are_found(void **st)
     assert_int_equal(cnx_replay_release_parse(dead, strlen(dead), "r2", key,
                                               &reused), CNX_ENOTFOUND);
     assert_int_equal(cnx_replay_release_parse("{x", 2, "r2", key, &reused),
+                     CNX_ENOTFOUND);
+    assert_int_equal(cnx_replay_release_parse(partial, strlen(partial), "r2",
+                                              key, &reused),
                      CNX_ENOTFOUND);
 }
 
