@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/rdkafka.sh [PREFIX]
 #
-# Builds librdkafka 2.12.0, the library the tests and the demo link
-# (docs/kafka.md, "librdkafka 2.12 for the tests"), into PREFIX (default
+# Builds librdkafka 2.12.0, which CNX_RDKAFKA=2.12 scripts/setup.sh links
+# instead of Debian's (docs/kafka.md, "librdkafka 2.12 for the tests and
+# the demo": the evidence, and why it is not the default yet), into PREFIX (default
 # build-deps/librdkafka-2.12.0 in the repository: ignored by git, like every
 # /build*/ folder) and prints PREFIX on stdout, for
 #   cmake -DCNX_RDKAFKA_PREFIX="$(bash scripts/rdkafka.sh)" ...

@@ -26,13 +26,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
-# librdkafka 2.12.0, built once into build-deps/ from its release tree in
-# node-rdkafka 3.6.1 (npm, pinned by SHA-256), for the tests and the demo:
-# Debian's 2.0.2 wedges its mock cluster's consumer group under kills
-# (docs/kafka.md, "librdkafka 2.12 for the tests and the demo").
-# CNX_SYSTEM_RDKAFKA=1 links Debian's librdkafka-dev instead.
+# CNX_RDKAFKA=2.12: link librdkafka 2.12.0, built once into build-deps/
+# from its release tree in node-rdkafka 3.6.1 (npm, pinned by SHA-256),
+# instead of Debian's 2.0.2 (docs/kafka.md, "librdkafka 2.12 for the tests
+# and the demo": better under kills, not yet when the broker is replaced).
 rdkafka=()
-if [ -z "${CNX_SYSTEM_RDKAFKA:-}" ]; then
+if [ "${CNX_RDKAFKA:-system}" = 2.12 ]; then
   rdkafka=(-DCNX_RDKAFKA_PREFIX="$(bash scripts/rdkafka.sh)")
 fi
 for kind in "${@:-release}"; do
