@@ -36,7 +36,8 @@ static void on_signal(int sig)
 static void usage(FILE *out)
 {
     fprintf(out,
-        "usage: " PROG " --brokers LIST --request ID [options]\n\n"
+        "usage: " PROG " --brokers LIST --controller-key FILE --request ID\n"
+        "                  [options]\n\n"
         "Finishes a request whose tasks were dead-lettered, after the cause\n"
         "is fixed: reads the request back from cnx.requests and its dead\n"
         "letters from cnx.dlq, submits the request again under a new id\n"
@@ -52,8 +53,9 @@ static void usage(FILE *out)
         "  --deadline T            the replay's deadline: duration (90s,\n"
         "                          30m, 24h, 2d) or RFC 3339 UTC time\n"
         "                          (default 24h)\n"
-        "  --controller-key FILE   the controller's public key: trust only\n"
-        "                          answers and decisions it signed\n"
+        "  --controller-key FILE   the controller's public key (required):\n"
+        "                          trust only answers and decisions it\n"
+        "                          signed\n"
         "  --list                  list the request's dead-lettered tasks\n"
         "                          on stdout and submit nothing\n"
         "  --timeout SECONDS       give up waiting for the controller's\n"
@@ -164,7 +166,9 @@ int main(int argc, char **argv)
         return fail_usage("--request: %s", cnx_error_last()->message);
     if (o.replay_id != NULL && cnx_request_id_check(o.replay_id) != 0)
         return fail_usage("--as: %s", cnx_error_last()->message);
-    if (o.controller_key != NULL && access(o.controller_key, R_OK) != 0)
+    if (o.controller_key == NULL)
+        return fail_usage("missing --controller-key");
+    if (access(o.controller_key, R_OK) != 0)
         return fail_usage("--controller-key %s: cannot be read",
                           o.controller_key);
     o.now = (int64_t)time(NULL);
