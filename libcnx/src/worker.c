@@ -265,6 +265,16 @@ static int store_manifest(const cnx_stage_io *io, const char *task_key,
                          strlen(envelope), got);
 }
 
+/* Send a signed envelope of task to cnx.lineage (a DSSE envelope is
+ * signed itself: no message signature). */
+static int send_envelope(worker *w, const cnx_task *task, const char *envelope)
+{
+    cnx_kafka_header h[] = {{"cnx-task-key", task->key},
+                            {"cnx-stage", w->stage->name}};
+    return cnx_producer_send(w->producer, CNX_TOPIC_LINEAGE, task->key,
+                             envelope, strlen(envelope), h, 2);
+}
+
 /* Sign, keep and send the manifest of a successful attempt. */
 static int send_manifest(worker *w, const attempt_info *a,
                          char digest[CNX_DIGEST_LEN])
@@ -322,12 +332,8 @@ static int send_manifest(worker *w, const attempt_info *a,
         cnx_digest(envelope, strlen(envelope), digest);
         rc = store_manifest(io, a->task->key, digest, envelope);
     }
-    if (rc == 0) {
-        cnx_kafka_header h[] = {{"cnx-task-key", a->task->key},
-                                {"cnx-stage", w->stage->name}};
-        rc = cnx_producer_send(w->producer, CNX_TOPIC_LINEAGE, a->task->key,
-                               envelope, strlen(envelope), h, 2);
-    }
+    if (rc == 0)
+        rc = send_envelope(w, a->task, envelope);
 done:
     if (rc == CNX_ENOMEM && cnx_error_last()->code != CNX_ENOMEM)
         cnx_error_set(CNX_ENOMEM, 0, "out of memory for a manifest");
@@ -582,15 +588,11 @@ static int announce_done(worker *w, const cnx_task *task, int attempt,
     /* This run read and wrote nothing: its figures are zeros. */
     static const cnx_stage_io none;
     attempt_info a = {task, attempt, wall_now(), 0, &none, 0, NULL, ""};
-    cnx_kafka_header h[] = {{"cnx-task-key", task->key},
-                            {"cnx-stage", w->stage->name}};
     new_run(a.run);
     a.finished = a.started;
     CNX_INFO("worker", "task %s was done before (manifest %s): announcing "
              "it again, not computing it", task->key, digest);
-    if (cnx_producer_send(w->producer, CNX_TOPIC_LINEAGE, task->key, envelope,
-                          strlen(envelope), h, 2) != 0 ||
-        flush_or_die(w) != 0)
+    if (send_envelope(w, task, envelope) != 0 || flush_or_die(w) != 0)
         return -1;
     if (send_event(w, "succeeded", &a, NULL, digest) != 0 ||
         flush_or_die(w) != 0)
