@@ -73,8 +73,16 @@ check "montage against the truth (montage_check.py: numpy + Pillow)" \
   "$PY" "$SRC/acceptance/montage_check.py" --tiles "$DATA/tileset/tiles.json" \
   --truth "$DATA/tiles/truth.json" --layer "$DATA/stitched/v1" \
   --image "$DATA/image" --report "$WORK/montage-report.json"
-# The segmentation: references computed in one process by the same kernels.
-seg() { "$SUPPORT/segjoin_tool" --layer "file://$DATA/boundary" --halo 8 "$@"; }
+# The segmentation: references computed in one process by the same kernels,
+# with the halo the planner derived for the fragments stage (the workflow
+# pins none), which is the one its tasks carried.
+HALO=$("$SUPPORT/plan_tool" --workflow "$SRC/workflows/pipeline.json" \
+  --dataset "file://$DATA" --halo fragments)
+check "the fragments tasks carried the derived halo ($HALO)" "$PY" -c '
+import json, sys
+halos = {json.loads(l)["halo"] for l in sys.stdin}
+assert halos == {int(sys.argv[1])}, halos' "$HALO" < <(topic_dump cnx.tasks.segment)
+seg() { "$SUPPORT/segjoin_tool" --layer "file://$DATA/boundary" --halo "$HALO" "$@"; }
 seg --whole "$WORK/whole.u32" >"$WORK/whole.sha"
 seg --chunked "$WORK/chunked.u64" >"$WORK/chunked.sha"
 seg --chunked "$WORK/chunked-r2.u64" --threads 2 --reverse >"$WORK/chunked-r2.sha"

@@ -77,7 +77,8 @@ static size_t brute_force_edges(const cnx_plan *p)
             {sc->voxel_offset[0] + sc->size[0],
              sc->voxel_offset[1] + sc->size[1],
              sc->voxel_offset[2] + sc->size[2]}};
-        cnx_box r = cnx_box_grow(&task->roi, st->halo, &bounds);
+        cnx_box r =
+            cnx_box_grow(&task->roi, p->stages[task->stage].halo, &bounds);
         for (size_t s = 0; s < p->ntasks; s++) {
             size_t src = p->tasks[s].stage;
             int dep = 0, input = 0;

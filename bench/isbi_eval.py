@@ -44,10 +44,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 # Our parameters for raw ISBI sections (tuning: docs/segment.md).
-OURS = {"raw_input": True, "sections": True, "filter_sigma": 1.5,
-        "filter_ridge": 0.3, "filter_background": 25,
-        "seed_threshold": 0.8, "seed_min_distance": 2,
-        "merge_threshold": 0.65, "min_size": 200}
+# ISBI 2012 is 4 x 4 x 50 nm and scored per section: mode "2d".
+RESOLUTION = "4,4,50"
+OURS = {"raw_input": True, "mode": "2d", "filter_sigma_nm": 6,
+        "filter_ridge": 0.3, "filter_background_nm": 100,
+        "seed_threshold": 0.8, "seed_distance_nm": 8,
+        "merge_threshold": 0.65, "min_size_nm3": 160000}
 
 PEER_GRID = [(s, md) for s in (0.5, 1.0, 2.0) for md in (20, 24, 28, 32)]
 PEER_BEST = [(1.0, 24)]
@@ -82,7 +84,7 @@ def run_ours(tool, images, params):
         images.tofile(src)
         t0 = time.perf_counter()
         r = subprocess.run([tool, "raw", src, "uint8", f"{x},{y},{z}",
-                            json.dumps(params), out],
+                            json.dumps(params), out, RESOLUTION],
                            capture_output=True, text=True)
         secs = time.perf_counter() - t0
         if r.returncode != 0:

@@ -401,8 +401,10 @@ pysci=python3 # Debian's, with numpy and scikit-image (scripts/setup.sh installs
 seg_line="(not scored)"
 if [ "$rc3" -eq 0 ]; then
   sup=$root/build/tests/support
-  "$sup/segjoin_tool" --layer "file://$out/synth/boundary" --halo 8 --whole "$out/seg-whole.u32" >/dev/null 2>&1 &&
-  "$sup/segjoin_tool" --layer "file://$out/synth/boundary" --halo 8 --chunked "$out/seg-chunked.u64" >/dev/null 2>&1 &&
+  # the halo the planner derived for the fragments stage (docs/workflows.md)
+  halo=$("$sup/plan_tool" --workflow workflows/pipeline.json --dataset "$dataset" --halo fragments 2>/dev/null || echo 8)
+  "$sup/segjoin_tool" --layer "file://$out/synth/boundary" --halo "$halo" --whole "$out/seg-whole.u32" >/dev/null 2>&1 &&
+  "$sup/segjoin_tool" --layer "file://$out/synth/boundary" --halo "$halo" --chunked "$out/seg-chunked.u64" >/dev/null 2>&1 &&
   "$pysci" acceptance/seg_check.py --data "$out/synth" --whole "$out/seg-whole.u32" \
     --chunked "$out/seg-chunked.u64" --report "$out/seg-report.json" | tee "$out/seg-check.txt" ||
     problems+=("seg_check.py: segmentation or meshes failed their checks")

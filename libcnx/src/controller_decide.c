@@ -916,7 +916,10 @@ static int finish(ctl *c, const req_row *r, int64_t dead, int64_t never_run)
     json_t *doc = state_doc(r->id, "finished"), *viol = json_array();
     json_t *fails = json_array();
     double now = ctl_wall(), deadline = parse_time(r->deadline);
-    const char *slo = now <= deadline ? "met" : "missed";
+    /* Met only when every task is done in time: a dead-lettered or
+     * never-run task means the region was not processed. */
+    const char *slo =
+        now <= deadline && dead + never_run == 0 ? "met" : "missed";
     int64_t repeated = 0, identical = 0;
     sqlite3_stmt *st;
     int rc;
@@ -997,9 +1000,10 @@ static int finish(ctl *c, const req_row *r, int64_t dead, int64_t never_run)
         json_decref(doc);
         return rc;
     }
-    CNX_INFO("controller", "request %s finished: %s, SLO %s, %lld of %lld "
+    CNX_INFO("controller", "request %s finished: %s, SLO %s%s, %lld of %lld "
              "repeated task(s) identical",
              r->id, dead + never_run == 0 ? "done" : "failed", slo,
+             dead + never_run == 0 ? "" : " (incomplete)",
              (long long)identical, (long long)repeated);
     return decide(c, CNX_TOPIC_REQUESTS, r->id, doc);
 }

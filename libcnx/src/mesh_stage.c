@@ -1,13 +1,16 @@
 /*
  * mesh_stage.c - the meshing stages (cnx/mesh.h, docs/mesh.md).
  *
- * "mesh" (map, one chunk per task, halo >= 1): marching cubes over every
- * label of the chunk plus one voxel of overlap on its high faces, optional
+ * "mesh" (map, halo >= 1; a task is any aligned run of whole chunks, read
+ * once): for each chunk in raster order, marching cubes over every label
+ * of the chunk plus one voxel of overlap on its high faces, optional
  * quadric simplification with the chunk-face vertices fixed, and one
  * Neuroglancer legacy fragment per label, mesh/<id>:0:<chunk>; the list of
- * ids goes to mesh_index/<scale>/<chunk>. "mesh-manifest" (reduce) reads
- * every index and writes each segment's manifest mesh/<id>:0 listing its
- * fragments in chunk order (z, y, x).
+ * ids goes to mesh_index/<scale>/<chunk>. A chunk is cropped from the
+ * task's read exactly as a one-chunk task reads it, so its bytes do not
+ * depend on the task size. "mesh-manifest" (reduce) reads every index and
+ * writes each segment's manifest mesh/<id>:0 listing its fragments in
+ * chunk order (z, y, x).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -21,7 +24,7 @@
 #include "json_int.h"
 #include "stage_int.h"
 
-#define INDEX_DIR "mesh_index"
+#define INDEX_DIR CNX_STAGE_MESH_INDEX_DIR
 #define INDEX_MAX ((size_t)64 << 20)
 
 /* Parameters: {} or {"simplify": fraction in (0, 1], "max_error": nm^2}. */
@@ -48,12 +51,13 @@ static int parse_mesh_params(const char *text, cnx_mesh_simplify_opts *o)
 
 /* Write one fragment per mesh and the chunk's index of ids. */
 static int write_fragments(cnx_stage_io *io, const cnx_task *task,
-                           cnx_mesh_set *set, const cnx_mesh_simplify_opts *o)
+                           const cnx_box *chunk, cnx_mesh_set *set,
+                           const cnx_mesh_simplify_opts *o)
 {
     char box[128], name[512];
     size_t cap = set->n * 21 + 1, at = 0;
     char *index = malloc(cap);
-    int rc = cnx_box_format(&task->roi, box, sizeof(box));
+    int rc = cnx_box_format(chunk, box, sizeof(box));
 
     if (index == NULL)
         return cnx_error_set(CNX_ENOMEM, 0, "mesh: out of memory");
@@ -74,11 +78,57 @@ static int write_fragments(cnx_stage_io *io, const cnx_task *task,
         free(bytes);
     }
     if (rc == 0)
-        rc = cnx_side_object_name(INDEX_DIR, task->output_scale, &task->roi,
-                                  name, sizeof(name));
+        rc = cnx_side_object_name(INDEX_DIR, task->output_scale, chunk, name,
+                                  sizeof(name));
     if (rc == 0)
         rc = cnx_stage_put(io, name, index, at);
     free(index);
+    return rc;
+}
+
+/* The box a chunk's meshes read: the chunk plus one voxel on its high
+ * faces, clipped to bounds. */
+static cnx_box mesh_read_box(const cnx_box *chunk, const cnx_box *bounds)
+{
+    cnx_box r = *chunk;
+    for (int i = 0; i < 3; i++)
+        r.max[i] = cnx_imin(chunk->max[i] + 1, bounds->max[i]);
+    return r;
+}
+
+/* One chunk of a mesh task, from vol (which holds its read box). */
+static int one_mesh(cnx_stage_io *io, const cnx_task *task,
+                    const cnx_volume *vol, const cnx_box *chunk,
+                    const cnx_box *bounds, const double resolution[3],
+                    cnx_mesh_simplify_opts *o)
+{
+    cnx_box rbox = mesh_read_box(chunk, bounds);
+    cnx_volume *part = NULL;
+    cnx_mesh_block b;
+    cnx_mesh_set set;
+    int rc;
+
+    memset(&b, 0, sizeof(b));
+    memset(&set, 0, sizeof(set));
+    for (int i = 0; i < 3; i++) {
+        b.cells.min[i] = chunk->min[i] - (chunk->min[i] == bounds->min[i]);
+        b.cells.max[i] = chunk->max[i];
+        b.origin[i] = rbox.min[i];
+        b.size[i] = rbox.max[i] - rbox.min[i];
+        b.resolution[i] = resolution[i];
+    }
+    cnx_mesh_block_planes(&b, o);
+    rc = cnx_volume_crop(&part, vol, &rbox);
+    if (rc == 0) {
+        b.labels = part->data;
+        rc = cnx_mesh_block_run(&b, &set);
+    }
+    if (rc == 0)
+        rc = write_fragments(io, task, chunk, &set, o);
+    if (rc == 0)
+        cnx_stage_add_voxels(io, cnx_box_voxels(chunk));
+    cnx_mesh_set_free(&set);
+    cnx_volume_free(part);
     return rc;
 }
 
@@ -88,15 +138,14 @@ static int run_mesh(void *ctx, const cnx_task *task, cnx_stage_io *io)
     cnx_layer *layer = cnx_stage_input_layer(io, "segmentation");
     const cnx_layer_info *info;
     cnx_mesh_simplify_opts o;
-    cnx_mesh_block b;
-    cnx_mesh_set set;
     cnx_volume *vol = NULL;
+    cnx_box *chunks = NULL;
+    size_t nchunks = 0;
     cnx_grid grid;
     cnx_box bounds, rbox;
     int s, rc;
 
     (void)ctx;
-    memset(&set, 0, sizeof(set));
     if (in == NULL || layer == NULL || task->ninputs != 1)
         return cnx_error_set(CNX_ESCHEMA, 0,
                              "mesh: inputs: must be exactly one role, "
@@ -114,33 +163,19 @@ static int run_mesh(void *ctx, const cnx_task *task, cnx_stage_io *io)
     rc = parse_mesh_params(task->parameters, &o);
     if (rc == 0) {
         grid = cnx_info_grid(info, s);
-        rc = cnx__stage_one_chunk(task, &grid, "mesh");
+        rc = cnx__stage_chunks(task, &grid, "mesh", &chunks, &nchunks);
     }
     if (rc != 0)
         return rc;
-    memset(&b, 0, sizeof(b));
+    /* Read once: every chunk's read box lies in the task's. */
     bounds = cnx_grid_bounds(&grid);
-    for (int i = 0; i < 3; i++) {
-        rbox.min[i] = task->roi.min[i];
-        rbox.max[i] = cnx_imin(task->roi.max[i] + 1, bounds.max[i]);
-        b.cells.min[i] = task->roi.min[i] - (task->roi.min[i] == bounds.min[i]);
-        b.cells.max[i] = task->roi.max[i];
-        b.origin[i] = rbox.min[i];
-        b.size[i] = rbox.max[i] - rbox.min[i];
-        b.resolution[i] = info->scales[s].resolution[i];
-    }
+    rbox = mesh_read_box(&task->roi, &bounds);
     rc = cnx_stage_read(io, "segmentation", &rbox, &vol);
-    if (rc == 0) {
-        b.labels = vol->data;
-        rc = cnx_mesh_block_run(&b, &set);
-    }
-    cnx_mesh_block_planes(&b, &o);
-    if (rc == 0)
-        rc = write_fragments(io, task, &set, &o);
-    if (rc == 0)
-        cnx_stage_add_voxels(io, cnx_box_voxels(&task->roi));
-    cnx_mesh_set_free(&set);
+    for (size_t k = 0; k < nchunks && rc == 0; k++)
+        rc = one_mesh(io, task, vol, &chunks[k], &bounds,
+                      info->scales[s].resolution, &o);
     cnx_volume_free(vol);
+    free(chunks);
     return rc;
 }
 
@@ -149,13 +184,16 @@ const cnx_stage cnx_stage_mesh = {
     .kernel_version = CNX_MESH_VERSION,
     .run = run_mesh,
     .ctx = NULL,
-    .help = "Meshes one chunk per task (halo >= 1): marching cubes over\n"
-            "every label of input role \"segmentation\" (uint64) with one\n"
-            "voxel of overlap on the high faces, optionally simplified\n"
-            "with the chunk-face vertices fixed; writes one Neuroglancer\n"
-            "legacy fragment per label, mesh/<id>:0:<chunk>, and the list\n"
-            "of ids, mesh_index/<scale>/<chunk>. Parameters: {} or\n"
-            "{\"simplify\": fraction, \"max_error\": nm^2}. docs/mesh.md.",
+    .help = "Meshes each chunk of the task (any aligned run of whole\n"
+            "chunks; halo >= 1, derived as 1 by the planner): marching\n"
+            "cubes over every label of input role \"segmentation\"\n"
+            "(uint64) with one voxel of overlap on the chunk's high faces,\n"
+            "optionally simplified with the chunk-face vertices fixed;\n"
+            "writes one Neuroglancer legacy fragment per label,\n"
+            "mesh/<id>:0:<chunk>, and the list of ids,\n"
+            "mesh_index/<scale>/<chunk>; a chunk's bytes do not depend on\n"
+            "the task size. Parameters: {} or {\"simplify\": fraction,\n"
+            "\"max_error\": nm^2}. docs/mesh.md.",
 };
 
 /* ---- mesh-manifest ------------------------------------------------------- */

@@ -1120,7 +1120,7 @@ int cnx_reprocess_summary_text(const cnx_request_state *fin, char **out)
     int code = cnx_reprocess_exit_code(fin);
     char hms[32], b1[32], b2[32], b3[32], b4[32], b5[32];
     double core_hours = 0;
-    int64_t voxels = 0;
+    int64_t voxels = 0, dead = 0, never_run = 0;
     text t;
     int rc;
 
@@ -1129,10 +1129,20 @@ int cnx_reprocess_summary_text(const cnx_request_state *fin, char **out)
     if (rc != 0)
         return rc;
     fmt_hms(fin->elapsed_s, hms);
-    fprintf(t.f, "request %s: %s in %s (%.1f s); deadline %s: SLO %s\n",
+    for (size_t i = 0; i < fin->nstages; i++) {
+        dead += fin->stages[i].dead;
+        never_run += fin->stages[i].never_run;
+    }
+    fprintf(t.f, "request %s: %s in %s (%.1f s); deadline %s: SLO ",
             fin->request, fin->outcome_failed ? "failed" : "done", hms,
-            fin->elapsed_s, fin->deadline,
-            fin->slo == CNX_SLO_MET ? "met" : "MISSED");
+            fin->elapsed_s, fin->deadline);
+    /* Never "met" while a task is dead or never ran, whatever the
+     * message says: the region was not processed. */
+    if (dead + never_run > 0)
+        fprintf(t.f, "MISSED (incomplete: %lld task%s dead, %lld never ran)\n",
+                (long long)dead, dead == 1 ? "" : "s", (long long)never_run);
+    else
+        fprintf(t.f, "%s\n", fin->slo == CNX_SLO_MET ? "met" : "MISSED");
     fprintf(t.f, "  %-16s %-12s %13s %8s %9s %8s %8s\n", "stage", "worker",
             "done/total", "dead", "never-run", "reused", "attempts");
     for (size_t i = 0; i < fin->nstages; i++) {

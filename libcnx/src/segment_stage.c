@@ -3,10 +3,13 @@
  * docs/segment.md): fragments per chunk with face records, the join over
  * all chunk faces, and the relabelling of each chunk.
  *
- * Every task of "segment" and "segment-relabel" is one chunk of its input
- * scale (the face records and mappings are per chunk); "segment-join" is
- * one task over the region. Task errors are fatal (CNX_ESCHEMA); storage
- * errors keep their own retriable flag.
+ * A task of "segment" or "segment-relabel" is any aligned run of whole
+ * chunks of its input scale. The face records and mappings are per chunk,
+ * so the stage reads the task's box (plus halo) once and then does, chunk
+ * by chunk in raster order, exactly what a one-chunk task does: a chunk's
+ * bytes do not depend on the task size. "segment-join" is one task over
+ * the region. Task errors are fatal (CNX_ESCHEMA); storage errors keep
+ * their own retriable flag.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +20,8 @@
 #include "cnx/stages.h"
 #include "stage_int.h"
 
-#define FACES_DIR "faces"
-#define MAPPING_DIR "agglomeration"
+#define FACES_DIR CNX_STAGE_FACES_DIR
+#define MAPPING_DIR CNX_STAGE_MAPPING_DIR
 #define PROPERTIES "segment_properties/info"
 #define SIDE_MAX ((size_t)64 << 20) /* a face record or mapping, bytes */
 
@@ -42,8 +45,9 @@ static int input_scale(cnx_stage_io *io, const cnx_task *task,
     return 0;
 }
 
-/* The output must be a one-channel uint64 segmentation. */
-static int check_output(cnx_stage_io *io, const char *stage, int need_scale)
+/* The output must be a one-channel uint64 segmentation with the task's
+ * output scale. */
+static int check_output(cnx_stage_io *io, const char *stage)
 {
     const cnx_layer_info *o = cnx_layer_get_info(cnx_stage_output_layer(io));
     if (o->type != CNX_LAYER_SEGMENTATION || o->dtype != CNX_DT_UINT64 ||
@@ -52,17 +56,30 @@ static int check_output(cnx_stage_io *io, const char *stage, int need_scale)
                              "%s: output.layer: must be a uint64 "
                              "segmentation",
                              stage);
-    if (need_scale && cnx_stage_output_scale(io) < 0)
+    if (cnx_stage_output_scale(io) < 0)
         return cnx_error_set(CNX_ESCHEMA, 0,
                              "%s: output.scale: not in the output layer",
                              stage);
     return 0;
 }
 
-static int parse_params(const cnx_task *task, cnx_segment_params *p)
+/*
+ * The task's parameters over the defaults, at resolution (nm per voxel,
+ * from the layer's scale: the kernel's lengths are in nm).
+ */
+static int parse_params(const cnx_task *task, const double resolution[3],
+                        const char *stage, cnx_segment_params *p)
 {
+    int rc;
     cnx_segment_params_default(p);
-    return cnx_segment_params_parse(p, task->parameters);
+    rc = cnx_segment_params_parse(p, task->parameters);
+    if (rc != 0)
+        return rc;
+    memcpy(p->resolution, resolution, sizeof(p->resolution));
+    if (cnx_segment_params_check(p) != 0)
+        return cnx_error_set(CNX_ESCHEMA, 0, "%s: %s", stage,
+                             cnx_error_last()->message);
+    return 0;
 }
 
 /* Boundary values in [0, 1] for the volume read. */
@@ -88,17 +105,56 @@ static int to_boundary(const cnx_volume *in, const cnx_segment_params *p,
 
 /* ---- segment: fragments and face records -------------------------------- */
 
+/*
+ * One chunk of a fragments task: the kernel on the chunk grown by the
+ * halo (clipped to bounds), cropped from what the task read; the chunk
+ * and its face record written.
+ */
+static int one_fragments(cnx_stage_io *io, const cnx_task *task,
+                         const cnx_volume *in, const cnx_box *chunk,
+                         const cnx_box *bounds, const cnx_segment_params *p)
+{
+    cnx_box bbox = cnx_box_grow(chunk, task->halo, bounds);
+    cnx_volume *part = NULL, *out = NULL;
+    float *boundary = NULL;
+    uint8_t *face = NULL;
+    size_t face_len = 0;
+    char name[512];
+    int rc;
+
+    rc = cnx_volume_crop(&part, in, &bbox);
+    if (rc == 0)
+        rc = to_boundary(part, p, &boundary);
+    if (rc == 0)
+        rc = cnx_volume_new(&out, CNX_DT_UINT64, chunk, 1);
+    if (rc == 0)
+        rc = cnx_segjoin_fragments(boundary, &bbox, chunk, p, out->data, &face,
+                                   &face_len);
+    if (rc == 0)
+        rc = cnx_stage_write(io, out);
+    if (rc == 0)
+        rc = cnx_side_object_name(FACES_DIR, task->output_scale, chunk, name,
+                                  sizeof(name));
+    if (rc == 0)
+        rc = cnx_stage_put(io, name, face, face_len);
+    if (rc == 0)
+        cnx_stage_add_voxels(io, cnx_box_voxels(chunk));
+    free(face);
+    free(boundary);
+    cnx_volume_free(part);
+    cnx_volume_free(out);
+    return rc;
+}
+
 static int run_fragments(void *ctx, const cnx_task *task, cnx_stage_io *io)
 {
     const cnx_layer_info *info;
     cnx_segment_params p;
-    cnx_volume *in = NULL, *out = NULL;
-    float *boundary = NULL;
-    uint8_t *face = NULL;
-    size_t face_len = 0;
+    cnx_volume *in = NULL;
+    cnx_box *chunks = NULL;
+    size_t nchunks = 0;
     cnx_grid grid;
-    cnx_box bounds, bbox;
-    char name[512];
+    cnx_box bounds, rbox;
     int s, rc;
 
     (void)ctx;
@@ -112,38 +168,23 @@ static int run_fragments(void *ctx, const cnx_task *task, cnx_stage_io *io)
                            cnx_dtype_name(info->dtype),
                            (long long)info->channels);
     if (rc == 0)
-        rc = check_output(io, "segment", 1);
+        rc = check_output(io, "segment");
     if (rc == 0)
-        rc = parse_params(task, &p);
+        rc = parse_params(task, info->scales[s].resolution, "segment", &p);
     if (rc != 0)
         return rc;
     grid = cnx_info_grid(info, s);
-    rc = cnx__stage_one_chunk(task, &grid, "segment");
+    rc = cnx__stage_chunks(task, &grid, "segment", &chunks, &nchunks);
     if (rc != 0)
         return rc;
+    /* Read once: the task's box grown by the halo holds every chunk's. */
     bounds = cnx_grid_bounds(&grid);
-    bbox = cnx_box_grow(&task->roi, task->halo, &bounds);
-    rc = cnx_stage_read(io, "boundary", &bbox, &in);
-    if (rc == 0)
-        rc = to_boundary(in, &p, &boundary);
-    if (rc == 0)
-        rc = cnx_volume_new(&out, CNX_DT_UINT64, &task->roi, 1);
-    if (rc == 0)
-        rc = cnx_segjoin_fragments(boundary, &bbox, &task->roi, &p, out->data,
-                                   &face, &face_len);
-    if (rc == 0)
-        rc = cnx_stage_write(io, out);
-    if (rc == 0)
-        rc = cnx_side_object_name(FACES_DIR, task->output_scale, &task->roi,
-                                  name, sizeof(name));
-    if (rc == 0)
-        rc = cnx_stage_put(io, name, face, face_len);
-    if (rc == 0)
-        cnx_stage_add_voxels(io, cnx_box_voxels(&task->roi));
-    free(face);
-    free(boundary);
+    rbox = cnx_box_grow(&task->roi, task->halo, &bounds);
+    rc = cnx_stage_read(io, "boundary", &rbox, &in);
+    for (size_t k = 0; k < nchunks && rc == 0; k++)
+        rc = one_fragments(io, task, in, &chunks[k], &bounds, &p);
     cnx_volume_free(in);
-    cnx_volume_free(out);
+    free(chunks);
     return rc;
 }
 
@@ -152,14 +193,18 @@ const cnx_stage cnx_stage_segment = {
     .kernel_version = CNX_SEGMENT_VERSION,
     .run = run_fragments,
     .ctx = NULL,
-    .help = "Segments one chunk per task into fragments: the\n"
-            "segmentation kernel (seeded watershed, region graph, greedy\n"
-            "agglomeration, cleanup; docs/segment.md) on input role\n"
-            "\"boundary\" (uint8 or float32; a raw EM image with\n"
-            "{\"raw_input\": true}) grown by the task's halo, cropped to\n"
-            "the chunk, with ids derived from geometry. Writes the chunk\n"
-            "(uint64) and its face record faces/<scale>/<chunk> for\n"
-            "segment-join. Parameters: cnx_segment_params (docs/segment.md).",
+    .help = "Segments each chunk of the task (any aligned run of whole\n"
+            "chunks) into fragments: the segmentation kernel (seeded\n"
+            "watershed, region graph, greedy agglomeration, cleanup;\n"
+            "docs/segment.md) on input role \"boundary\" (uint8 or\n"
+            "float32; a raw EM image with {\"raw_input\": true}) over the\n"
+            "chunk grown by the task's halo, cropped to the chunk, with ids\n"
+            "derived from geometry; lengths in nm at the input scale's\n"
+            "resolution. Writes each chunk (uint64) and its face record\n"
+            "faces/<scale>/<chunk> for segment-join; a chunk's bytes do not\n"
+            "depend on the task size. The planner derives the halo from the\n"
+            "parameters (cnx_segment_halo) unless the workflow pins one.\n"
+            "Parameters: cnx_segment_params (docs/segment.md).",
 };
 
 /* ---- segment-join --------------------------------------------------------- */
@@ -187,9 +232,14 @@ static int run_join(void *ctx, const cnx_task *task, cnx_stage_io *io)
         return cnx_error_set(CNX_ESCHEMA, 0,
                              "segment-join: inputs: must be exactly one role, "
                              "\"faces\" (the face records of segment)");
-    rc = check_output(io, "segment-join", 0);
-    if (rc == 0)
-        rc = parse_params(task, &p);
+    /* Lengths in nm at the output scale's resolution: the fragments'. */
+    rc = check_output(io, "segment-join");
+    if (rc == 0) {
+        const cnx_layer_info *o =
+            cnx_layer_get_info(cnx_stage_output_layer(io));
+        const cnx_scale *sc = &o->scales[cnx_stage_output_scale(io)];
+        rc = parse_params(task, sc->resolution, "segment-join", &p);
+    }
     if (rc != 0)
         return rc;
     in = calloc(faces->nobjects ? faces->nobjects : 1, sizeof(*in));
@@ -241,19 +291,49 @@ const cnx_stage cnx_stage_segment_join = {
             "segment's id is its least fragment id). Writes one mapping\n"
             "per chunk, agglomeration/<scale>/<chunk>, and\n"
             "segment_properties/info (voxel counts). Parameters: the\n"
-            "segment stage's.",
+            "segment stage's, lengths in nm at the output scale's\n"
+            "resolution.",
 };
 
 /* ---- segment-relabel -------------------------------------------------------- */
+
+/* One chunk of a relabel task: its fragments, cropped from what the task
+ * read, through its mapping. */
+static int one_relabel(cnx_stage_io *io, const cnx_task_input *mapping,
+                       const cnx_volume *vol, const cnx_box *chunk)
+{
+    cnx_volume *part = NULL;
+    uint8_t *map = NULL;
+    size_t len = 0;
+    char name[512];
+    int rc = cnx_side_object_name(MAPPING_DIR, mapping->scale, chunk, name,
+                                  sizeof(name));
+    if (rc == 0)
+        rc = cnx_stage_get(io, "mapping", name, SIDE_MAX, &map, &len);
+    if (rc == 0)
+        rc = cnx_volume_crop(&part, vol, chunk);
+    if (rc == 0) {
+        rc = cnx_segjoin_relabel(part->data, (size_t)cnx_volume_voxels(part),
+                                 map, len);
+        if (rc != 0)
+            cnx_error_wrap("segment-relabel: %s", name);
+    }
+    if (rc == 0)
+        rc = cnx_stage_write(io, part);
+    if (rc == 0)
+        cnx_stage_add_voxels(io, cnx_box_voxels(chunk));
+    free(map);
+    cnx_volume_free(part);
+    return rc;
+}
 
 static int run_relabel(void *ctx, const cnx_task *task, cnx_stage_io *io)
 {
     const cnx_task_input *mapping = cnx_task_input_get(task, "mapping");
     const cnx_layer_info *info;
     cnx_volume *vol = NULL;
-    uint8_t *map = NULL;
-    size_t len = 0;
-    char name[512];
+    cnx_box *chunks = NULL;
+    size_t nchunks = 0;
     cnx_grid grid;
     int s, rc;
 
@@ -268,7 +348,7 @@ static int run_relabel(void *ctx, const cnx_task *task, cnx_stage_io *io)
                            "segment-relabel: inputs.fragments: must be "
                            "uint64");
     if (rc == 0)
-        rc = check_output(io, "segment-relabel", 1);
+        rc = check_output(io, "segment-relabel");
     if (rc == 0 && task->parameters != NULL &&
         strcmp(task->parameters, "{}") != 0)
         rc = cnx_error_set(CNX_ESCHEMA, 0,
@@ -276,26 +356,13 @@ static int run_relabel(void *ctx, const cnx_task *task, cnx_stage_io *io)
     if (rc != 0)
         return rc;
     grid = cnx_info_grid(info, s);
-    rc = cnx__stage_one_chunk(task, &grid, "segment-relabel");
-    if (rc == 0)
-        rc = cnx_side_object_name(MAPPING_DIR, mapping->scale, &task->roi,
-                                  name, sizeof(name));
-    if (rc == 0)
-        rc = cnx_stage_get(io, "mapping", name, SIDE_MAX, &map, &len);
+    rc = cnx__stage_chunks(task, &grid, "segment-relabel", &chunks, &nchunks);
     if (rc == 0)
         rc = cnx_stage_read(io, "fragments", &task->roi, &vol);
-    if (rc == 0) {
-        rc = cnx_segjoin_relabel(vol->data, (size_t)cnx_volume_voxels(vol),
-                                 map, len);
-        if (rc != 0)
-            cnx_error_wrap("segment-relabel: %s", name);
-    }
-    if (rc == 0)
-        rc = cnx_stage_write(io, vol);
-    if (rc == 0)
-        cnx_stage_add_voxels(io, cnx_box_voxels(&task->roi));
-    free(map);
+    for (size_t k = 0; k < nchunks && rc == 0; k++)
+        rc = one_relabel(io, mapping, vol, &chunks[k]);
     cnx_volume_free(vol);
+    free(chunks);
     return rc;
 }
 
@@ -304,8 +371,9 @@ const cnx_stage cnx_stage_segment_relabel = {
     .kernel_version = CNX_SEGMENT_VERSION,
     .run = run_relabel,
     .ctx = NULL,
-    .help = "Relabels one chunk per task: input role \"fragments\" (the\n"
-            "segment stage's chunk) through input role \"mapping\" (the\n"
-            "chunk's agglomeration/<scale>/<chunk> from segment-join) into\n"
-            "the final segmentation. Parameters: {}.",
+    .help = "Relabels each chunk of the task (any aligned run of whole\n"
+            "chunks; halo 0): input role \"fragments\" (the segment\n"
+            "stage's chunks) through input role \"mapping\" (each chunk's\n"
+            "agglomeration/<scale>/<chunk> from segment-join) into the\n"
+            "final segmentation. Parameters: {}.",
 };

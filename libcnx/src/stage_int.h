@@ -1,17 +1,27 @@
 /*
- * stage_int.h - checks the stages share (private to libcnx).
+ * stage_int.h - checks and loops the stages share (private to libcnx).
  */
 #ifndef CNX_STAGE_INT_H
 #define CNX_STAGE_INT_H
+
+#include <stddef.h>
 
 #include "cnx/geom.h"
 #include "cnx/task.h"
 
 /*
- * The task's roi must be exactly one chunk of grid (stages whose side
- * objects are per chunk). @return 0, or CNX_ESCHEMA naming the stage.
+ * The chunks of grid that make up the task's roi, for the stages whose
+ * outputs are per chunk (fragments and face records, mappings, meshes and
+ * their indexes, synapse tables). The roi must be on the grid: any aligned
+ * run of whole chunks (the planner's task size rounded to whole chunks).
+ *
+ * @param[out] chunks  the chunk boxes in raster order (x fastest, then y,
+ *                     z); caller frees with free()
+ * @param[out] n       their number, >= 1
+ * @return 0; CNX_ESCHEMA naming the stage if the roi is not on the grid
+ *         (fatal); CNX_ENOMEM.
  */
-int cnx__stage_one_chunk(const cnx_task *task, const cnx_grid *grid,
-                         const char *stage);
+int cnx__stage_chunks(const cnx_task *task, const cnx_grid *grid,
+                      const char *stage, cnx_box **chunks, size_t *n);
 
 #endif

@@ -1,10 +1,13 @@
 /*
  * synapse_stage.c - the synapse stages (cnx/synapse.h, docs/synapses.md).
  *
- * "synapses" (map, one chunk per task, with a halo wider than any cleft):
- * reads roles "cleft", "psd" and "segmentation" over the chunk grown by the
- * halo, runs the kernel, and writes the clefts this chunk owns as a JSON
- * lines table, synapses/<scale>/<chunk>. "synapse-edges" (reduce, one task
+ * "synapses" (map, with a halo wider than any cleft; a task is any
+ * aligned run of whole chunks): reads roles "cleft", "psd" and
+ * "segmentation" over the task's box grown by the halo, once, then for
+ * each chunk in raster order runs the kernel on the chunk grown by the
+ * halo (cropped from that read) and writes the clefts the chunk owns as a
+ * JSON lines table, synapses/<scale>/<chunk>: the bytes a one-chunk task
+ * writes. "synapse-edges" (reduce, one task
  * per region): reads every table (role "tables") and writes the region's
  * connectivity, connectivity/<scale>/<region>: one line per (pre, post)
  * pair with its synapse count.
@@ -18,7 +21,7 @@
 #include "cnx/synapse.h"
 #include "stage_int.h"
 
-#define TABLE_DIR "synapses"
+#define TABLE_DIR CNX_STAGE_SYNAPSES_DIR
 #define EDGES_DIR "connectivity"
 #define TABLE_MAX ((size_t)64 << 20)
 
@@ -52,6 +55,53 @@ static int role_grid(cnx_stage_io *io, const cnx_task *task, const char *role,
     return 0;
 }
 
+/* One chunk of a synapses task, from the volumes the task read. */
+static int one_synapses(cnx_stage_io *io, const cnx_task *task,
+                        cnx_volume *const vol[3], const cnx_box *chunk,
+                        const cnx_box *bounds, const double res[3],
+                        const cnx_synapse_params *params)
+{
+    cnx_box rbox = cnx_box_grow(chunk, task->halo, bounds);
+    cnx_volume *part[3] = {NULL, NULL, NULL};
+    cnx_synapse_stats stats;
+    cnx_synapse_block b;
+    cnx_synapse *syn = NULL;
+    char *table = NULL, name[512];
+    size_t n = 0, len = 0;
+    int rc = 0;
+
+    for (int r = 0; r < 3 && rc == 0; r++)
+        rc = cnx_volume_crop(&part[r], vol[r], &rbox);
+    if (rc == 0) {
+        memset(&b, 0, sizeof(b));
+        b.cleft = part[0]->data;
+        b.psd = part[1]->data;
+        b.seg = part[2]->data;
+        for (int i = 0; i < 3; i++) {
+            b.origin[i] = rbox.min[i];
+            b.size[i] = rbox.max[i] - rbox.min[i];
+            b.resolution[i] = res[i];
+        }
+        b.own = *chunk;
+        b.bounds = *bounds;
+        rc = cnx_synapse_detect(&b, params, &syn, &n, &stats);
+    }
+    if (rc == 0)
+        rc = cnx_synapse_table_json(syn, n, res, &table, &len);
+    if (rc == 0)
+        rc = cnx_side_object_name(TABLE_DIR, task->output_scale, chunk, name,
+                                  sizeof(name));
+    if (rc == 0)
+        rc = cnx_stage_put(io, name, table, len);
+    if (rc == 0)
+        cnx_stage_add_voxels(io, cnx_box_voxels(chunk));
+    free(table);
+    free(syn);
+    for (int r = 0; r < 3; r++)
+        cnx_volume_free(part[r]);
+    return rc;
+}
+
 static int run_synapses(void *ctx, const cnx_task *task, cnx_stage_io *io)
 {
     static const char *const roles[3] = {"cleft", "psd", "segmentation"};
@@ -59,14 +109,11 @@ static int run_synapses(void *ctx, const cnx_task *task, cnx_stage_io *io)
                                        CNX_DT_UINT64};
     cnx_volume *vol[3] = {NULL, NULL, NULL};
     cnx_synapse_params params;
-    cnx_synapse_stats stats;
-    cnx_synapse_block b;
-    cnx_synapse *syn = NULL;
+    cnx_box *chunks = NULL;
+    size_t nchunks = 0;
     cnx_grid grid[3];
     cnx_box bounds, rbox;
     double res[3][3];
-    char *table = NULL, name[512];
-    size_t n = 0, len = 0;
     int rc = 0;
 
     (void)ctx;
@@ -87,40 +134,19 @@ static int run_synapses(void *ctx, const cnx_task *task, cnx_stage_io *io)
                                  roles[r]);
     rc = cnx_synapse_params_parse(task->parameters, &params);
     if (rc == 0)
-        rc = cnx__stage_one_chunk(task, &grid[0], "synapses");
+        rc = cnx__stage_chunks(task, &grid[0], "synapses", &chunks, &nchunks);
     if (rc != 0)
         return rc;
+    /* Read once: every chunk's box grown by the halo lies in the task's. */
     bounds = cnx_grid_bounds(&grid[0]);
     rbox = cnx_box_grow(&task->roi, task->halo, &bounds);
     for (int r = 0; r < 3 && rc == 0; r++)
         rc = cnx_stage_read(io, roles[r], &rbox, &vol[r]);
-    if (rc == 0) {
-        memset(&b, 0, sizeof(b));
-        b.cleft = vol[0]->data;
-        b.psd = vol[1]->data;
-        b.seg = vol[2]->data;
-        for (int i = 0; i < 3; i++) {
-            b.origin[i] = rbox.min[i];
-            b.size[i] = rbox.max[i] - rbox.min[i];
-            b.resolution[i] = res[0][i];
-        }
-        b.own = task->roi;
-        b.bounds = bounds;
-        rc = cnx_synapse_detect(&b, &params, &syn, &n, &stats);
-    }
-    if (rc == 0)
-        rc = cnx_synapse_table_json(syn, n, res[0], &table, &len);
-    if (rc == 0)
-        rc = cnx_side_object_name(TABLE_DIR, task->output_scale, &task->roi,
-                                  name, sizeof(name));
-    if (rc == 0)
-        rc = cnx_stage_put(io, name, table, len);
-    if (rc == 0)
-        cnx_stage_add_voxels(io, cnx_box_voxels(&task->roi));
-    free(table);
-    free(syn);
+    for (size_t k = 0; k < nchunks && rc == 0; k++)
+        rc = one_synapses(io, task, vol, &chunks[k], &bounds, res[0], &params);
     for (int r = 0; r < 3; r++)
         cnx_volume_free(vol[r]);
+    free(chunks);
     return rc;
 }
 
@@ -129,7 +155,8 @@ const cnx_stage cnx_stage_synapses = {
     .kernel_version = CNX_SYNAPSE_VERSION,
     .run = run_synapses,
     .ctx = NULL,
-    .help = "Detects synapses in one chunk per task: connected components\n"
+    .help = "Detects synapses in each chunk of the task (any aligned run\n"
+            "of whole chunks, read once): connected components\n"
             "of the thresholded \"cleft\" map, a site per cleft (distance-\n"
             "transform maximum), the post-synaptic segment under the \"psd\"\n"
             "map and the pre-synaptic one across the cleft, from role\n"
@@ -145,6 +172,8 @@ const cnx_stage cnx_stage_synapses = {
 static int append(cnx_synapse **all, size_t *n, size_t *cap,
                   const cnx_synapse *s, size_t k)
 {
+    if (k == 0) /* an empty table: s is NULL, nothing to copy */
+        return 0;
     if (*n + k > *cap) {
         size_t c = *cap ? *cap : 1024;
         cnx_synapse *p;

@@ -464,7 +464,9 @@ static int parse_stage(raw_stage *rs, const json_t *js, size_t idx)
     v = json_object_get(js, "halo");
     if (v != NULL && !cnx__json_int_in(v, 0, 256))
         return bad(path, "must be an integer in [0, 256]");
-    st->halo = v ? json_integer_value(v) : 2;
+    /* Absent: the planner derives it from the worker's footprint. */
+    st->halo_pinned = v != NULL;
+    st->halo = v ? json_integer_value(v) : -1;
 
     snprintf(path, sizeof(path), "%s.task_size", spath);
     v = json_object_get(js, "task_size");

@@ -20,16 +20,22 @@
 #include <assert.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cnx/downsample.h"
 #include "cnx/error.h"
-#include "cnx/url.h"
+#include "cnx/montage.h"
+#include "cnx/segjoin.h"
+#include "cnx/segment.h"
+#include "cnx/stages.h"
 #include "cnx/store.h"
+#include "cnx/synapse.h"
 #include "cnx/task.h"
 #include "cnx/tileset.h"
+#include "cnx/url.h"
 #include "json_int.h"
 
 /* The cells of one stage along one axis: intervals ascending, disjoint
@@ -50,6 +56,9 @@ struct cnx_plan_lattice {
     size_t nstages;
     stage_lattice *st;
 };
+
+/* The largest halo a task may carry (cnx.task/1: 0..256). */
+#define PLAN_HALO_MAX 256
 
 static int nomem(void)
 {
@@ -138,18 +147,27 @@ static void fmt_box(const cnx_box *b, char *buf, size_t n)
 /* ---- worker rules ------------------------------------------------------- */
 
 /*
- * What a worker writes, given what it reads. out_scale fills the output
- * scale and the factor (output voxel = input voxel / factor); the input's
- * encoding is already replaced by the stage's override, if any.
- * same_format: the worker writes its input's type, data type and encoding
- * and refuses anything else, so a plan asking otherwise is refused early.
- * To add a worker with its own geometry, add a row.
+ * What a worker writes, given what it reads, what it reads around a task,
+ * and what it refuses. out_scale fills the output scale and the factor
+ * (output voxel = input voxel / factor); the input's encoding is already
+ * replaced by the stage's override, if any. same_format: the worker writes
+ * its input's type, data type and encoding and refuses anything else, so
+ * a plan asking otherwise is refused early. halo derives the stage's halo
+ * when the workflow does not pin one (NULL: 0 for a reduce stage, 2 for a
+ * map stage). check refuses, at plan time, a stage the worker would
+ * refuse task by task (geometry and halo known). side_dir: the directory
+ * of the per-chunk side objects it writes, the only "objects" a reader of
+ * its output may name. To add a worker with its own geometry, halo or
+ * refusals, add a row.
  */
 typedef struct worker_rule {
     const char *worker;
     int (*out_scale)(const cnx_scale *in, cnx_scale *out, int64_t factor[3],
                      const char *stage);
     int same_format;
+    int (*halo)(const cnx_plan *p, size_t s, int64_t *halo);
+    int (*check)(const cnx_plan *p, size_t s);
+    const char *side_dir; /* the per-chunk side objects it writes, or NULL */
 } worker_rule;
 
 static int rule_downsample(const cnx_scale *in, cnx_scale *out,
@@ -203,12 +221,302 @@ static int rule_montage(const cnx_scale *in, cnx_scale *out, int64_t factor[3],
     return rc;
 }
 
+/* ---- plan-time checks and derived halos ---------------------------------- */
+
+static int refuse(const cnx_plan *p, size_t s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* CNX_ESCHEMA: "workflow <w>: stage <s>: <why and the fix>". */
+static int refuse(const cnx_plan *p, size_t s, const char *fmt, ...)
+{
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    return cnx_error_set(CNX_ESCHEMA, 0, "workflow %s: stage %s: %s",
+                         p->wf->name, p->wf->stages[s].name, why);
+}
+
+/* The input of stage s playing role, or NULL. */
+static const cnx_plan_input *role_input(const cnx_plan *p, size_t s,
+                                        const char *role)
+{
+    const cnx_plan_stage *ps = &p->stages[s];
+    for (size_t k = 0; k < ps->ninputs; k++)
+        if (strcmp(ps->inputs[k].role, role) == 0)
+            return &ps->inputs[k];
+    return NULL;
+}
+
+/*
+ * The input of stage s playing role must be a layer's chunks (objects 0)
+ * or a stage's side objects (objects 1), with one channel of dtype (0:
+ * any) -- or of dtype2 when it is not 0.
+ */
+static int need_role(const cnx_plan *p, size_t s, const char *role, int objects,
+                     cnx_dtype dtype, cnx_dtype dtype2)
+{
+    const cnx_plan_input *in = role_input(p, s, role);
+    const char *worker = p->wf->stages[s].worker;
+    if (in == NULL)
+        return refuse(p, s,
+                      "the %s worker reads input role \"%s\"; name the "
+                      "input \"%s\"",
+                      worker, role, role);
+    if (objects && in->objects[0] == '\0')
+        return refuse(p, s,
+                      "input %s: the %s worker reads a stage's side "
+                      "objects here; give the input \"objects\"",
+                      role, worker);
+    if (!objects && (in->objects[0] != '\0' || in->tileset))
+        return refuse(p, s,
+                      "input %s: the %s worker reads a layer's chunks here, "
+                      "not %s",
+                      role, worker, in->tileset ? "a tile set" : "objects");
+    if (objects || dtype == 0)
+        return 0;
+    if ((in->dtype != dtype && (dtype2 == 0 || in->dtype != dtype2)) ||
+        in->channels != 1)
+        return refuse(p, s,
+                      "input %s is %s x%" PRId64 "; the %s worker needs one "
+                      "channel of %s%s%s",
+                      role, cnx_dtype_name(in->dtype), in->channels, worker,
+                      cnx_dtype_name(dtype), dtype2 ? " or " : "",
+                      dtype2 ? cnx_dtype_name(dtype2) : "");
+    return 0;
+}
+
+/* Stage s must have exactly n inputs (the roles need_role checked). */
+static int need_ninputs(const cnx_plan *p, size_t s, size_t n,
+                        const char *roles)
+{
+    if (p->stages[s].ninputs == n)
+        return 0;
+    return refuse(p, s,
+                  "the %s worker reads exactly %s; remove the other "
+                  "inputs",
+                  p->wf->stages[s].worker, roles);
+}
+
+/* The stage writes a one-channel uint64 segmentation (its chunks). */
+static int need_u64_output(const cnx_plan *p, size_t s)
+{
+    const cnx_plan_stage *ps = &p->stages[s];
+    if (ps->out_type == CNX_LAYER_SEGMENTATION &&
+        ps->out_dtype == CNX_DT_UINT64 && ps->out_channels == 1)
+        return 0;
+    return refuse(p, s,
+                  "the %s worker writes a uint64 segmentation; set "
+                  "\"output\": {\"type\": \"segmentation\", "
+                  "\"data_type\": \"uint64\"}",
+                  p->wf->stages[s].worker);
+}
+
+/* Parameters that must be {}. */
+static int need_no_params(const cnx_plan *p, size_t s)
+{
+    if (strcmp(p->wf->stages[s].parameters, "{}") == 0)
+        return 0;
+    return refuse(p, s,
+                  "the %s worker takes no parameters; set "
+                  "\"parameters\": {}",
+                  p->wf->stages[s].worker);
+}
+
+/*
+ * The segmentation kernel's parameters of stage s at resolution (nm per
+ * voxel of the scale the worker takes it from): parsed over the defaults,
+ * as the worker parses them.
+ */
+static int segment_params(const cnx_plan *p, size_t s,
+                          const double resolution[3], cnx_segment_params *sp)
+{
+    cnx_segment_params_default(sp);
+    if (cnx_segment_params_parse(sp, p->wf->stages[s].parameters) != 0)
+        return refuse(p, s, "%s", cnx_error_last()->message);
+    memcpy(sp->resolution, resolution, sizeof(sp->resolution));
+    if (cnx_segment_params_check(sp) != 0)
+        return refuse(p, s, "at resolution %g,%g,%g nm: %s", resolution[0],
+                      resolution[1], resolution[2], cnx_error_last()->message);
+    return 0;
+}
+
+/* segment: what the kernel's footprint needs at the input resolution, so
+ * that a chunk's labels are what the whole volume would give. */
+static int halo_segment(const cnx_plan *p, size_t s, int64_t *halo)
+{
+    cnx_segment_params sp;
+    int rc = segment_params(p, s, p->stages[s].in_scale.resolution, &sp);
+    if (rc != 0)
+        return rc;
+    *halo = cnx_segment_halo(&sp);
+    if (*halo < 0 || *halo > PLAN_HALO_MAX)
+        return refuse(p, s,
+                      "the segment kernel needs a halo of %" PRId64 " voxels "
+                      "for these parameters at %g,%g,%g nm, over the limit "
+                      "of %d; use smaller lengths (seed_distance_nm, "
+                      "filter_*_nm) or a coarser scale",
+                      *halo, p->stages[s].in_scale.resolution[0],
+                      p->stages[s].in_scale.resolution[1],
+                      p->stages[s].in_scale.resolution[2], PLAN_HALO_MAX);
+    return 0;
+}
+
+/* mesh: one voxel of overlap on the high faces. */
+static int halo_one(const cnx_plan *p, size_t s, int64_t *halo)
+{
+    (void)p;
+    (void)s;
+    *halo = 1;
+    return 0;
+}
+
+/* Workers that read nothing around their box. */
+static int halo_zero(const cnx_plan *p, size_t s, int64_t *halo)
+{
+    (void)p;
+    (void)s;
+    *halo = 0;
+    return 0;
+}
+
+static int check_segment(const cnx_plan *p, size_t s)
+{
+    const cnx_plan_stage *ps = &p->stages[s];
+    const cnx_scale *in = &ps->in_scale;
+    cnx_segment_params sp;
+    int rc = need_role(p, s, "boundary", 0, CNX_DT_UINT8, CNX_DT_FLOAT32);
+    if (rc == 0)
+        rc = need_u64_output(p, s);
+    if (rc == 0)
+        rc = segment_params(p, s, in->resolution, &sp);
+    for (int i = 0; i < 3 && rc == 0; i++)
+        if (in->voxel_offset[i] < 0 ||
+            in->voxel_offset[i] + in->size[i] > CNX_SEGJOIN_COORD_MAX)
+            rc = refuse(p, s,
+                        "input scale '%s' spans voxels %" PRId64 "..%" PRId64
+                        " on axis %c; fragment ids pack coordinates in "
+                        "[0, 2^21): segment a scale inside that range",
+                        in->key, in->voxel_offset[i],
+                        in->voxel_offset[i] + in->size[i], "xyz"[i]);
+    return rc;
+}
+
+static int check_join(const cnx_plan *p, size_t s)
+{
+    cnx_segment_params sp;
+    int rc = need_role(p, s, "faces", 1, 0, 0);
+    if (rc == 0)
+        rc = need_ninputs(p, s, 1, "role \"faces\"");
+    if (rc == 0)
+        rc = need_u64_output(p, s);
+    if (rc == 0)
+        rc = segment_params(p, s, p->stages[s].out_scale.resolution, &sp);
+    return rc;
+}
+
+static int check_relabel(const cnx_plan *p, size_t s)
+{
+    int rc = need_role(p, s, "fragments", 0, CNX_DT_UINT64, 0);
+    if (rc == 0)
+        rc = need_role(p, s, "mapping", 1, 0, 0);
+    if (rc == 0)
+        rc = need_ninputs(p, s, 2, "roles \"fragments\" and \"mapping\"");
+    if (rc == 0)
+        rc = need_u64_output(p, s);
+    if (rc == 0)
+        rc = need_no_params(p, s);
+    return rc;
+}
+
+static int check_mesh(const cnx_plan *p, size_t s)
+{
+    int rc = need_role(p, s, "segmentation", 0, CNX_DT_UINT64, 0);
+    if (rc == 0)
+        rc = need_ninputs(p, s, 1, "role \"segmentation\"");
+    if (rc == 0 && p->stages[s].halo < 1)
+        rc = refuse(p, s,
+                    "halo %" PRId64 ": the mesh worker reads one voxel "
+                    "beyond each chunk's high faces; set \"halo\" to at "
+                    "least 1, or leave it out (derived: 1)",
+                    p->stages[s].halo);
+    return rc;
+}
+
+static int check_index_reduce(const cnx_plan *p, size_t s, const char *role)
+{
+    char what[64];
+    int rc = need_role(p, s, role, 1, 0, 0);
+    snprintf(what, sizeof(what), "role \"%s\"", role);
+    if (rc == 0)
+        rc = need_ninputs(p, s, 1, what);
+    if (rc == 0)
+        rc = need_no_params(p, s);
+    return rc;
+}
+
+static int check_mesh_manifest(const cnx_plan *p, size_t s)
+{
+    return check_index_reduce(p, s, "index");
+}
+
+static int check_synapse_edges(const cnx_plan *p, size_t s)
+{
+    return check_index_reduce(p, s, "tables");
+}
+
+static int check_synapses(const cnx_plan *p, size_t s)
+{
+    cnx_synapse_params sp;
+    int rc = need_role(p, s, "cleft", 0, CNX_DT_UINT8, 0);
+    if (rc == 0)
+        rc = need_role(p, s, "psd", 0, CNX_DT_UINT8, 0);
+    if (rc == 0)
+        rc = need_role(p, s, "segmentation", 0, CNX_DT_UINT64, 0);
+    if (rc == 0)
+        rc = need_ninputs(p, s, 3,
+                          "roles \"cleft\", \"psd\" and \"segmentation\"");
+    if (rc == 0 &&
+        cnx_synapse_params_parse(p->wf->stages[s].parameters, &sp) != 0)
+        rc = refuse(p, s, "%s", cnx_error_last()->message);
+    return rc;
+}
+
+static int check_montage(const cnx_plan *p, size_t s)
+{
+    const cnx_wf_stage *st = &p->wf->stages[s];
+    cnx_montage_params mp;
+    if (p->stages[s].halo != 0)
+        return refuse(p, s,
+                      "halo %" PRId64 ": the montage worker reads no halo; "
+                      "set \"halo\": 0 or leave it out",
+                      p->stages[s].halo);
+    if (st->kind != CNX_WF_MAP || st->task_size[2] != 1)
+        return refuse(p, s,
+                      "the montage worker stitches one section per "
+                      "task; make it a map stage with \"task_size\": "
+                      "[1, 1, 1]");
+    if (cnx_montage_params_parse(st->parameters, &mp) != 0)
+        return refuse(p, s, "%s", cnx_error_last()->message);
+    return 0;
+}
+
 static const worker_rule worker_rules[] = {
-    {"downsample", rule_downsample, 1},
-    {"montage", rule_montage, 0},
+    {"downsample", rule_downsample, 1, NULL, NULL, NULL},
+    {"montage", rule_montage, 0, halo_zero, check_montage, NULL},
+    {"segment", rule_same, 0, halo_segment, check_segment,
+     CNX_STAGE_FACES_DIR},
+    {"segment-join", rule_same, 0, halo_zero, check_join,
+     CNX_STAGE_MAPPING_DIR},
+    {"segment-relabel", rule_same, 0, halo_zero, check_relabel, NULL},
+    {"mesh", rule_same, 0, halo_one, check_mesh, CNX_STAGE_MESH_INDEX_DIR},
+    {"mesh-manifest", rule_same, 0, halo_zero, check_mesh_manifest, NULL},
+    {"synapses", rule_same, 0, NULL, check_synapses, CNX_STAGE_SYNAPSES_DIR},
+    {"synapse-edges", rule_same, 0, halo_zero, check_synapse_edges, NULL},
 };
 
-static const worker_rule default_rule = {NULL, rule_same, 0};
+static const worker_rule default_rule = {NULL, rule_same, 0, NULL, NULL, NULL};
 
 static const worker_rule *rule_for(const char *worker)
 {
@@ -590,6 +898,9 @@ static int derive_geometry(cnx_plan *p, const cnx_plan_external *ext)
                 dtype = src->out_dtype;
                 channels = src->out_channels;
             }
+            pi->type = type;
+            pi->dtype = dtype;
+            pi->channels = channels;
             if (k == 0) {
                 in_type = type;
                 in_dtype = dtype;
@@ -695,6 +1006,56 @@ static int derive_geometry(cnx_plan *p, const cnx_plan_external *ext)
     return 0;
 }
 
+/* Input k of stage s names the side objects its producer writes. */
+static int check_objects(const cnx_plan *p, size_t s, size_t k)
+{
+    const cnx_wf_input *in = &p->wf->stages[s].inputs[k];
+    const cnx_wf_stage *src;
+    const worker_rule *rule;
+    if (in->stage < 0 || in->objects[0] == '\0')
+        return 0;
+    src = &p->wf->stages[in->stage];
+    rule = rule_for(src->worker);
+    if (rule->side_dir == NULL || strcmp(rule->side_dir, in->objects) == 0)
+        return 0;
+    return refuse(p, s,
+                  "input %s: the %s worker (stage %s) writes its per-chunk "
+                  "objects under \"%s\", not \"%s\"; set \"objects\": "
+                  "\"%s\"",
+                  in->role, src->worker, src->name, rule->side_dir,
+                  in->objects, rule->side_dir);
+}
+
+/*
+ * Every stage's halo -- the workflow's when it pins one, else what the
+ * worker's rule derives from its footprint (computed once, here) -- then
+ * every worker's plan-time checks, so that a stage the worker would
+ * refuse task by task is refused before any task exists.
+ */
+static int apply_rules(cnx_plan *p)
+{
+    for (size_t s = 0; s < p->nstages; s++) {
+        const cnx_wf_stage *st = &p->wf->stages[s];
+        const worker_rule *rule = rule_for(st->worker);
+        cnx_plan_stage *ps = &p->stages[s];
+        int rc = 0;
+        if (st->halo_pinned)
+            ps->halo = st->halo;
+        else if (rule->halo != NULL)
+            rc = rule->halo(p, s, &ps->halo);
+        else
+            ps->halo = st->kind == CNX_WF_REDUCE ? 0 : 2;
+        if (rc == 0 && rule->check != NULL)
+            rc = rule->check(p, s);
+        for (size_t k = 0; k < st->ninputs && rc == 0; k++)
+            rc = check_objects(p, s, k);
+        if (rc != 0)
+            return rc;
+        assert(ps->halo >= 0 && ps->halo <= PLAN_HALO_MAX);
+    }
+    return 0;
+}
+
 /* Is stage s an input (not just a dependency) of stage d? */
 static int reads_from(const cnx_wf_stage *d, int s)
 {
@@ -708,7 +1069,7 @@ static int reads_from(const cnx_wf_stage *d, int s)
 static cnx_box read_box(const cnx_plan *p, size_t s, const cnx_box *roi)
 {
     cnx_box bounds = scale_bounds(&p->stages[s].in_scale);
-    return cnx_box_grow(roi, p->wf->stages[s].halo, &bounds);
+    return cnx_box_grow(roi, p->stages[s].halo, &bounds);
 }
 
 /* What dependent d (reading s) needs of s, in s's input-scale voxels. */
@@ -774,10 +1135,10 @@ static int widen(cnx_plan *p)
                 continue;
             need = need_of(p, s, d);
             if (!cnx_box_contains(&base, &need) && nr < CNX_WF_MAX_STAGES) {
-                if (wf->stages[d].halo > 0)
+                if (p->stages[d].halo > 0)
                     snprintf(halos[nr], sizeof(halos[nr]),
                              "the halo %" PRId64 " that %s needs",
-                             wf->stages[d].halo, wf->stages[d].name);
+                             p->stages[d].halo, wf->stages[d].name);
                 else
                     snprintf(halos[nr], sizeof(halos[nr]), "what %s reads",
                              wf->stages[d].name);
@@ -832,7 +1193,7 @@ static int set_axes(cnx_plan *p, size_t s, const cnx_box *boxes, size_t n)
     stage_lattice *sl = &p->lattice->st[s];
     cnx_plan_stage *ps = &p->stages[s];
     cnx_box ib = scale_bounds(&ps->in_scale);
-    int64_t cnt[3], total, h = p->wf->stages[s].halo;
+    int64_t cnt[3], total, h = ps->halo;
     int64_t *m;
 
     /* Boxes come in z, y, x order: count the cells of each axis. */
@@ -1284,6 +1645,8 @@ int cnx_plan_new_capped(cnx_plan **out, const cnx_workflow *wf,
     rc = copy_dataset(p->dataset, dataset);
     if (rc == 0)
         rc = derive_geometry(p, ext);
+    if (rc == 0)
+        rc = apply_rules(p);
     if (rc != 0)
         goto fail;
     if (roi != NULL) {
@@ -1480,7 +1843,7 @@ int cnx_plan_task_json(const cnx_plan *p, size_t t, const char *request,
                    "schema", CNX_TASK_SCHEMA, "request", request, "stage",
                    st->worker, "kernel_version", (json_int_t)st->kernel_version,
                    "roi", "min", ivec(task->roi.min), "max",
-                   ivec(task->roi.max), "halo", (json_int_t)st->halo, "inputs",
+                   ivec(task->roi.max), "halo", (json_int_t)ps->halo, "inputs",
                    inputs, "output", "layer", ps->out_layer, "scale",
                    ps->out_scale.key, "parameters", params, "deadline",
                    deadline, "retry_budget", (json_int_t)st->retry_budget,

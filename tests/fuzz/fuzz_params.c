@@ -3,11 +3,17 @@
  * that each stage's kernel reads (cnx_montage_params_parse,
  * cnx_segment_params_parse, cnx_synapse_params_parse). Byte 0 picks the
  * stage; the rest is the JSON. Parameters that parse must pass the same
- * stage's range check (one table of bounds, two users).
+ * stage's range check (one table of bounds, two users). The segmentation
+ * kernel's lengths are nm and its check also bounds them in voxels at the
+ * resolution (not a key: the stage sets it from the layer): parsed values
+ * must pass at the coarsest resolution, and at the default 8 nm fail, if
+ * at all, only on a voxel limit; what passes has a halo and a mode.
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "cnx/error.h"
 #include "cnx/montage.h"
 #include "cnx/segment.h"
 #include "cnx/synapse.h"
@@ -37,10 +43,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     }
     case 1: {
-        cnx_segment_params p;
+        cnx_segment_params p, coarse;
         cnx_segment_params_default(&p);
-        if (cnx_segment_params_parse(&p, json) == 0 &&
-            cnx_segment_params_check(&p) != 0)
+        if (cnx_segment_params_parse(&p, json) != 0)
+            break;
+        coarse = p;
+        coarse.resolution[0] = coarse.resolution[1] = 1e6;
+        coarse.resolution[2] = 1e6;
+        if (cnx_segment_params_check(&coarse) != 0)
+            abort();
+        if (cnx_segment_params_check(&p) != 0) {
+            if (strstr(cnx_error_last()->message,
+                       "voxels at this resolution") == NULL)
+                abort();
+            break;
+        }
+        if (cnx_segment_halo(&p) < 8 ||
+            cnx_segment_mode_of(&p) == CNX_SEGMENT_MODE_AUTO ||
+            cnx_segment_min_voxels(&p) < 0 ||
+            cnx_segment_min_voxels(&p) > CNX_SEGMENT_MAX_VOXELS)
             abort();
         break;
     }

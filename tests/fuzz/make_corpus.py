@@ -84,6 +84,11 @@ for path in sorted(glob.glob(os.path.join(ROOT, "workflows", "*.json"))):
             put("params", bytes([pick[st["worker"]]]) +
                 canon(st.get("parameters", {})).encode())
 for p in ['{"search":16,"min_peak_ratio":1.5,"max_residual":3,"normalize":true}',
+          '{"seed_method":"minima","filter_sigma_nm":6,"merge_threshold":0.5,'
+          '"min_size_nm3":5120,"mode":"2d","raw_input":false}',
+          '{"raw_input":true,"mode":"sections","filter_sigma_nm":12,'
+          '"filter_background_nm":40,"seed_distance_nm":10000}',
+          # kernel version 1's voxel-unit keys, refused by name
           '{"seed_method":"minima","filter_sigma":1.0,"merge_threshold":0.5,'
           '"min_size":10,"sections":1,"raw_input":false}',
           '{"cleft_threshold":100,"psd_threshold":90,"min_size":5,'

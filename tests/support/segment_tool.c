@@ -2,12 +2,14 @@
  * segment_tool - run the segmentation kernel (cnx/segment.h) from the
  * command line, for tests, bench/isbi_eval.py and tuning.
  *
- *   segment_tool raw IN DTYPE X,Y,Z PARAMS OUT
+ *   segment_tool raw IN DTYPE X,Y,Z PARAMS OUT [RX,RY,RZ]
  *     IN: raw little-endian volume (x fastest, then y, z), DTYPE uint8 or
  *     float32; PARAMS: the parameters JSON ("{}" for the defaults); OUT:
- *     uint32 labels, same layout. Prints "nlabels N".
+ *     uint32 labels, same layout; RX,RY,RZ: nm per voxel (default the
+ *     kernel's, 8,8,8). Prints "nlabels N".
  *   segment_tool synth DIR PARAMS [X0,Y0,Z0,X1,Y1,Z1] [OUT]
- *     DIR: a cnx-synth dataset; segments the box (default: all) of
+ *     DIR: a cnx-synth dataset; segments the box (default: all; at the
+ *     layer's resolution) of
  *     DIR/boundary, or of DIR/image when PARAMS has raw_input, and scores
  *     it against DIR/gt (cnx_seg_scores_u64). Prints "nlabels N",
  *     "vi_split S", "vi_merge M", "are A", "seconds T" (the kernel only).
@@ -26,7 +28,7 @@
 #include "cnx/segment.h"
 
 static const char usage[] =
-    "usage: segment_tool raw IN uint8|float32 X,Y,Z PARAMS OUT\n"
+    "usage: segment_tool raw IN uint8|float32 X,Y,Z PARAMS OUT [RX,RY,RZ]\n"
     "       segment_tool synth DIR PARAMS [X0,Y0,Z0,X1,Y1,Z1] [OUT]\n"
     "Segment a raw volume (writes uint32 labels to OUT), or a box of a\n"
     "cnx-synth dataset's boundary (or image, with raw_input) layer scored\n"
@@ -47,6 +49,20 @@ static int parse_ints(const char *s, int64_t *out, int n)
         if (end == s || (i < n - 1 ? *end != ',' : *end != '\0'))
             return -1;
         out[i] = v;
+        s = end + 1;
+    }
+    return 0;
+}
+
+/* Three positive comma-separated numbers (nm per voxel). */
+static int parse_res(const char *s, double out[3])
+{
+    for (int i = 0; i < 3; i++) {
+        char *end;
+        out[i] = strtod(s, &end);
+        if (end == s || !(out[i] > 0) ||
+            (i < 2 ? *end != ',' : *end != '\0'))
+            return -1;
         s = end + 1;
     }
     return 0;
@@ -100,6 +116,10 @@ static int cmd_raw(char **argv)
     }
     if (cnx_segment_params_parse(&p, argv[3]) != 0)
         return fail("PARAMS");
+    if (argv[5] != NULL && parse_res(argv[5], p.resolution) != 0) {
+        fputs(usage, stderr);
+        return 2;
+    }
     n = (size_t)(size[0] * size[1] * size[2]);
     esize = is_float ? 4 : 1;
     in = malloc(n * esize);
@@ -133,13 +153,16 @@ done:
 /* Read box of the layer DIR/name (scale 0); the whole scale if box is
  * empty (max[0] == 0). */
 static int read_box(const char *dir, const char *name, cnx_box *box,
-                    cnx_volume **out)
+                    cnx_volume **out, double resolution[3])
 {
     char url[4096];
     cnx_layer *layer = NULL;
     int rc;
     snprintf(url, sizeof(url), "%s/%s", dir, name);
     rc = cnx_layer_open(&layer, url);
+    if (rc == 0 && resolution != NULL)
+        memcpy(resolution, cnx_layer_get_info(layer)->scales[0].resolution,
+               3 * sizeof(double));
     if (rc == 0 && box->max[0] == 0) {
         const cnx_scale *sc = &cnx_layer_get_info(layer)->scales[0];
         for (int i = 0; i < 3; i++) {
@@ -175,8 +198,9 @@ static int cmd_synth(int argc, char **argv)
     }
     if (cnx_segment_params_parse(&p, argv[1]) != 0)
         return fail("PARAMS");
-    if (read_box(argv[0], p.raw_input ? "image" : "boundary", &box, &in) != 0 ||
-        read_box(argv[0], "gt", &box, &gt) != 0)
+    if (read_box(argv[0], p.raw_input ? "image" : "boundary", &box, &in,
+                 p.resolution) != 0 ||
+        read_box(argv[0], "gt", &box, &gt, NULL) != 0)
         return fail(argv[0]);
     for (int i = 0; i < 3; i++)
         size[i] = box.max[i] - box.min[i];
@@ -218,7 +242,7 @@ int main(int argc, char **argv)
         fputs(usage, stdout);
         return 0;
     }
-    if (argc == 7 && strcmp(argv[1], "raw") == 0)
+    if ((argc == 7 || argc == 8) && strcmp(argv[1], "raw") == 0)
         return cmd_raw(argv + 2);
     if (argc >= 4 && argc <= 6 && strcmp(argv[1], "synth") == 0)
         return cmd_synth(argc - 2, argv + 2);

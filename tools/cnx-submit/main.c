@@ -45,7 +45,9 @@ static void usage(FILE *out)
             "  --roi x0,y0,z0,x1,y1,z1  region in input voxels (default: all)\n"
             "  --task-size X,Y,Z     task box (default 128,128,128)\n"
             "  --halo N              voxels read around each box "
-            "(downsample: 0)\n"
+            "(downsample: 0;\n"
+            "                        segment: the kernel's, from the\n"
+            "                        parameters and resolution; mesh: 1)\n"
             "  --parameters JSON     stage parameters (default {})\n"
             "  --request ID          request id (default req-<time>-<pid>)\n"
             "  --deadline T          RFC 3339 time or hours from now as NNh "
@@ -86,6 +88,42 @@ static int default_output_scale(const cnx_submit_opts *o, char *buf,
         rc = -1;
     cnx_layer_free(layer);
     return rc;
+}
+
+/*
+ * The segment kernel's halo for the task parameters at the input scale's
+ * resolution (what the workflow planner derives; docs/workflows.md).
+ * Parameters the kernel refuses give 2: the task is published as asked,
+ * and the worker refuses it, naming the parameter.
+ * @return 0, or -1 with the error set (the layer cannot be read).
+ */
+static int segment_halo(const cnx_submit_opts *o, int64_t *halo)
+{
+    cnx_segment_params p;
+    cnx_layer *layer;
+    const cnx_layer_info *info;
+    int s, rc = 0;
+    if (cnx_layer_open(&layer, o->layer) != 0)
+        return -1;
+    info = cnx_layer_get_info(layer);
+    s = o->scale ? cnx_info_find_scale(info, o->scale) : 0;
+    cnx_segment_params_default(&p);
+    *halo = 2;
+    if (s < 0)
+        rc = cnx_error_set(CNX_EINVAL, 0, "no scale '%s'", o->scale);
+    else if (cnx_segment_params_parse(&p, o->parameters) == 0) {
+        memcpy(p.resolution, info->scales[s].resolution,
+               sizeof(p.resolution));
+        if (cnx_segment_params_check(&p) == 0)
+            *halo = cnx_segment_halo(&p);
+    }
+    if (rc == 0 && *halo > 256)
+        rc = cnx_error_set(CNX_EINVAL, 0,
+                           "the segment kernel needs a halo of %lld for these "
+                           "parameters, over 256 (give --halo)",
+                           (long long)*halo);
+    cnx_layer_free(layer);
+    return rc == 0 ? 0 : -1;
 }
 
 int main(int argc, char **argv)
@@ -218,8 +256,8 @@ int main(int argc, char **argv)
     } else if (strcmp(o.stage, "segment") == 0) {
         o.input_role = "boundary";
         o.kernel_version = CNX_SEGMENT_VERSION;
-        if (!halo_set)
-            o.halo = 2;
+        if (!halo_set && segment_halo(&o, &o.halo) != 0)
+            goto runtime;
     } else if (strcmp(o.stage, "mesh") == 0) {
         o.input_role = "segmentation";
         o.kernel_version = CNX_MESH_VERSION;

@@ -234,7 +234,9 @@ const char *cnx_reprocess_exit_name(int code);
 
 /**
  * The summary of a finished request, as text for a terminal: time taken
- * and SLO, per stage done/total/dead/never-run, the cost figures, "N of M
+ * and SLO ("met" only when no task is dead or never ran: else "MISSED
+ * (incomplete: N tasks dead, M never ran)", whatever the message's "slo"
+ * says), per stage done/total/dead/never-run, the cost figures, "N of M
  * repeated tasks bit-identical", every violation and failure, and the exit
  * status.
  * @param[out] out  free() it

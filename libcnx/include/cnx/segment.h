@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 /** Kernel version: bumped whenever the labels it writes are meant to change. */
-#define CNX_SEGMENT_VERSION 1
+#define CNX_SEGMENT_VERSION 2
 
 /** Largest number of voxels accepted (2^31): labels are uint32. */
 #define CNX_SEGMENT_MAX_VOXELS ((int64_t)1 << 31)
@@ -73,27 +73,52 @@ typedef enum cnx_segment_seeds {
 } cnx_segment_seeds;
 
 /**
+ * How the volume is treated (docs/segment.md, "Anisotropy"):
+ *  - 3D: filter, seeds and watershed in 3D, graph over 6 neighbours;
+ *  - SECTIONS: filter, seeds and watershed per z section, then the graph
+ *    and agglomeration in 3D (edges across sections too): the method for
+ *    serial-section EM whose z is much coarser than xy;
+ *  - 2D: every section on its own throughout (no edge across z; for
+ *    data scored per section, such as ISBI 2012);
+ *  - AUTO: SECTIONS when resolution z >= CNX_SEGMENT_ANISOTROPY times
+ *    the coarser of x and y, else 3D.
+ */
+typedef enum cnx_segment_mode {
+    CNX_SEGMENT_MODE_AUTO = 0,
+    CNX_SEGMENT_MODE_3D = 1,
+    CNX_SEGMENT_MODE_SECTIONS = 2,
+    CNX_SEGMENT_MODE_2D = 3,
+} cnx_segment_mode;
+
+/** The anisotropy (z over xy) from which AUTO picks SECTIONS. */
+#define CNX_SEGMENT_ANISOTROPY 2.0
+
+/**
  * Parameters; fill with cnx_segment_params_default, then adjust. Ranges
- * and (defaults) are given with each field. The defaults suit boundary
- * maps like cnx-synth's; for raw ISBI sections see bench/isbi_eval.py.
+ * and (defaults) are given with each field. Lengths are in nm and turned
+ * into voxels per axis with resolution, which the caller sets from the
+ * input layer's scale (the stages do; it is not a JSON key).
  */
 typedef struct cnx_segment_params {
+    /* nm per voxel, x, y, z: each 0.01 .. 10^6 (8, 8, 8). */
+    double resolution[3];
     /* 0: the input is a boundary map (high = membrane); 1: a raw EM image
      * (dark membranes), put through the membrane filter first (0). */
     int raw_input;
-    /* 1: every z section on its own (2D), for anisotropic data such as
-     * ISBI's 4x4x50 nm (0). */
-    int sections;
-    /* Membrane filter scale, voxels, raw_input only: 0.5 .. 8 (1.5). */
-    double filter_sigma;
+    /* Isotropic 3D, sections, 2D, or chosen from resolution (AUTO). */
+    cnx_segment_mode mode;
+    /* Membrane filter scale, nm, raw_input only: 1 .. 1000 (6). */
+    double filter_sigma_nm;
     /* Weight of the filter's ridge (Hessian) term against its darkness
      * term: 0 .. 1 (0.3). */
     double filter_ridge;
-    /* Scale of the shading removed from the darkness term, voxels; 0: none.
-     * 0 .. 256 (25). */
-    double filter_background;
-    /* Seeds are extrema within this many voxels (a cube): 0 .. 64 (2). */
-    int64_t seed_min_distance;
+    /* Scale of the shading removed from the darkness term, nm; 0: none.
+     * 0 .. 10^5 (100). */
+    double filter_background_nm;
+    /* Seeds are extrema within this distance, nm (a box of that half
+     * side per axis, in voxels rounded; 0 per axis below half a voxel):
+     * 0 .. 10^4 (16). */
+    double seed_distance_nm;
     /* Boundary level below which a voxel may hold a seed: 0 .. 1 (0.5). */
     double seed_threshold;
     /* Distance maxima or boundary minima (CNX_SEGMENT_SEEDS_DISTANCE). */
@@ -101,21 +126,25 @@ typedef struct cnx_segment_params {
     /* Merge neighbours while the mean boundary along their shared edge is
      * below this: 0 .. 1 (0.5). */
     double merge_threshold;
-    /* Fragments smaller than this (voxels) join the neighbour they share
-     * the lowest edge with: 0 .. 2^31 (64). */
-    int64_t min_size;
+    /* Segments smaller than this volume, nm^3, join the neighbour they
+     * share the lowest edge with: 0 .. 10^15 (32768, 64 voxels of 8 nm). */
+    double min_size_nm3;
 } cnx_segment_params;
 
 /** Fill p with the defaults given with each field above. */
 void cnx_segment_params_default(cnx_segment_params *p);
 
 /**
- * Parse a JSON object of parameters over the defaults. Keys (all
- * optional): "raw_input", "sections" (booleans or 0/1), "filter_sigma",
- * "filter_ridge", "filter_background", "seed_threshold",
- * "merge_threshold" (numbers),
- * "seed_min_distance", "min_size" (integers), "seed_method" ("distance" or
- * "minima"), with the ranges of cnx_segment_params. NULL means "{}".
+ * Parse a JSON object of parameters over the defaults (resolution too:
+ * set it from the input's scale afterwards). Keys (all
+ * optional): "raw_input" (boolean or 0/1), "mode" ("auto", "3d",
+ * "sections", "2d"), "filter_sigma_nm", "filter_ridge",
+ * "filter_background_nm", "seed_distance_nm", "seed_threshold",
+ * "merge_threshold", "min_size_nm3" (numbers), "seed_method"
+ * ("distance" or "minima"), with the ranges of cnx_segment_params.
+ * The voxel-unit keys of kernel version 1 ("sections", "filter_sigma",
+ * "filter_background", "seed_min_distance", "min_size") are refused with
+ * a message naming their replacement. NULL means "{}".
  *
  * @param[out] p  filled on success only
  * @param json    the parameters object, NUL-terminated
@@ -132,6 +161,24 @@ int cnx_segment_params_parse(cnx_segment_params *p, const char *json);
  * @return 0, or CNX_EINVAL naming the field.
  */
 int cnx_segment_params_check(const cnx_segment_params *p);
+
+/** The mode p stands for: AUTO resolved by the rule above (never AUTO). */
+cnx_segment_mode cnx_segment_mode_of(const cnx_segment_params *p);
+
+/**
+ * The halo, voxels (one value for every axis: the largest per-axis need),
+ * a chunk needs so that the labels inside it come out as they do on the
+ * whole volume, for these parameters at p->resolution: the membrane
+ * filter's footprint (raw_input: the larger of the ridge smoothing and
+ * the shading blur, as voxel radii), plus room for the seeds and the
+ * watershed (4 seed distances, at least 8 voxels). docs/segment.md
+ * ("Halo") gives the formula. p must pass cnx_segment_params_check (else
+ * 8 is returned).
+ */
+int64_t cnx_segment_halo(const cnx_segment_params *p);
+
+/** Segment volume in voxels (min_size_nm3 at p->resolution, rounded). */
+int64_t cnx_segment_min_voxels(const cnx_segment_params *p);
 
 /**
  * Turn a uint8 volume into a float boundary map in [0, 1].

@@ -15,6 +15,16 @@
 extern "C" {
 #endif
 
+/*
+ * The per-chunk side objects the stages write, <dir>/<scale>/<chunk box>,
+ * which a later stage reads with {"stage": ..., "objects": "<dir>"}
+ * (docs/workflows.md): one definition for the stages and the planner.
+ */
+#define CNX_STAGE_FACES_DIR "faces"           /* segment: face records */
+#define CNX_STAGE_MAPPING_DIR "agglomeration" /* segment-join: mappings */
+#define CNX_STAGE_MESH_INDEX_DIR "mesh_index" /* mesh: the ids per chunk */
+#define CNX_STAGE_SYNAPSES_DIR "synapses"     /* synapses: tables */
+
 /**
  * downsample: one level of a layer's pyramid per task (docs/downsample.md).
  * Input role "source" (the source scale), output {layer, next scale key};
@@ -25,12 +35,13 @@ extern const cnx_stage cnx_stage_downsample;
 
 /**
  * segment, segment-join, segment-relabel: segmentation across chunk seams
- * (cnx/segjoin.h, docs/segment.md). segment: input role "boundary", one
- * chunk per task, writes uint64 fragments and faces/<scale>/<chunk>.
- * segment-join: role "faces" (all face records), writes
- * agglomeration/<scale>/<chunk> and segment_properties/info. segment-
- * relabel: roles "fragments" and "mapping", one chunk per task, writes the
- * final chunk.
+ * (cnx/segjoin.h, docs/segment.md). segment: input role "boundary", a
+ * task of any aligned run of whole chunks, writes each chunk's uint64
+ * fragments and faces/<scale>/<chunk>. segment-join: role "faces" (all
+ * face records), writes agglomeration/<scale>/<chunk> and
+ * segment_properties/info. segment-relabel: roles "fragments" and
+ * "mapping", a task of whole chunks, writes each final chunk. A chunk's
+ * bytes do not depend on how many chunks its task covers.
  */
 extern const cnx_stage cnx_stage_segment;
 extern const cnx_stage cnx_stage_segment_join;
@@ -38,8 +49,8 @@ extern const cnx_stage cnx_stage_segment_relabel;
 
 /**
  * mesh, mesh-manifest: Neuroglancer legacy meshes (cnx/mesh.h,
- * docs/mesh.md). mesh: input role "segmentation" (uint64), one chunk per
- * task, halo >= 1; writes mesh/<id>:0:<chunk> and
+ * docs/mesh.md). mesh: input role "segmentation" (uint64), a task of
+ * whole chunks, halo >= 1; writes, per chunk, mesh/<id>:0:<chunk> and
  * mesh_index/<scale>/<chunk>. mesh-manifest: role "index" (every chunk's
  * index); writes mesh/<id>:0.
  */
@@ -57,10 +68,11 @@ extern const cnx_stage cnx_stage_montage;
 
 /**
  * synapses, synapse-edges (cnx/synapse.h, docs/synapses.md). synapses:
- * roles "cleft", "psd" (uint8) and "segmentation" (uint64) on one grid, one
- * chunk per task with a halo wider than any cleft; writes the clefts the
- * chunk owns, synapses/<scale>/<chunk> (JSON lines). synapse-edges: role
- * "tables" (every chunk's table); writes connectivity/<scale>/<region>.
+ * roles "cleft", "psd" (uint8) and "segmentation" (uint64) on one grid, a
+ * task of whole chunks with a halo wider than any cleft; writes, per
+ * chunk, the clefts it owns, synapses/<scale>/<chunk> (JSON lines).
+ * synapse-edges: role "tables" (every chunk's table); writes
+ * connectivity/<scale>/<region>.
  */
 extern const cnx_stage cnx_stage_synapses;
 extern const cnx_stage cnx_stage_synapse_edges;

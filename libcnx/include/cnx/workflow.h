@@ -10,7 +10,9 @@
  * Parsing checks every field and the graph (names, references, cycles) and
  * keeps the stages in a deterministic topological order. Planning opens the
  * external input layers (or takes their geometry from the caller), derives
- * every stage's input and output grids, widens each stage's region so that
+ * every stage's input and output grids and its halo (pinned by the
+ * workflow, else derived from the worker's footprint), runs each worker's
+ * plan-time checks, widens each stage's region so that
  * it produces everything its dependents read, cuts tasks with the box
  * generator and counts, for every task, the tasks it waits for. Task boxes
  * of one stage form a regular lattice, so dependency queries are binary
@@ -64,7 +66,10 @@ typedef struct cnx_wf_stage {
                            * "segment_properties"): one writer each */
     int out_type, out_dtype, out_encoding; /* -1: as the first input */
     char *parameters;                      /* canonical JSON object */
-    int64_t halo, task_size[3], retry_budget;
+    int64_t halo;    /* as pinned by the document; -1 when absent: the
+                      * planner derives it (cnx_plan_stage.halo) */
+    int halo_pinned; /* 1: the document gives "halo" (kept as is) */
+    int64_t task_size[3], retry_budget;
     double lease_s;
     size_t ndeps;
     int deps[CNX_WF_MAX_DEPS]; /* effective dependencies, ascending */
@@ -168,6 +173,9 @@ typedef struct cnx_plan_input {
     int tileset;      /* 1: a tile set directory; the task lists tiles.json */
     char layer[2048]; /* URL */
     cnx_scale scale;  /* the scale read */
+    cnx_layer_type type; /* the layer's type, data type and channels */
+    cnx_dtype dtype;
+    int64_t channels;
 } cnx_plan_input;
 
 typedef struct cnx_plan_stage {
@@ -187,6 +195,9 @@ typedef struct cnx_plan_stage {
     int64_t out_channels;
     size_t ninputs;
     cnx_plan_input inputs[CNX_WF_MAX_INPUTS]; /* as wf's, by role */
+    int64_t halo; /* voxels its tasks read around their roi: the
+                   * workflow's pinned halo, or the one derived from the
+                   * worker's footprint (docs/workflows.md, "Halo") */
 } cnx_plan_stage;
 
 typedef struct cnx_plan_task {
@@ -220,7 +231,10 @@ typedef struct cnx_plan {
  * @param[out] out caller frees with cnx_plan_free()
  * @return 0; CNX_ESCHEMA for a workflow that cannot run on this dataset
  *         (missing layer or scale, mismatched input grids, two stages
- *         writing the same scale, ...); CNX_EINVAL for an empty roi or one
+ *         writing the same scale, a worker's plan-time check such as
+ *         mesh with a halo below 1 or segment on a uint64 input, ...: the
+ *         message names the workflow, the stage and the fix);
+ *         CNX_EINVAL for an empty roi or one
  *         that misses the data; storage errors; CNX_ENOMEM.
  */
 int cnx_plan_new(cnx_plan **out, const cnx_workflow *wf, const char *dataset,
@@ -302,8 +316,9 @@ typedef int (*cnx_plan_lookup_fn)(void *ctx, const char *role,
  * The task message of task t (canonical JSON, checked with
  * cnx_task_parse): for each input role the layer URL, the scale key and
  * every chunk the read box touches with its digest from lookup; output
- * layer URL and scale key; the stage's parameters, halo, kernel version,
- * retry budget; "stage" is the worker's name. A reduce stage's task has
+ * layer URL and scale key; the stage's parameters, kernel version, retry
+ * budget; the plan stage's halo (pinned or derived); "stage" is the
+ * worker's name. A reduce stage's task has
  * the stage's region as roi.
  * @param deadline  RFC 3339 UTC
  * @param[out] json caller frees with free()

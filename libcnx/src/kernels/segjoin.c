@@ -744,7 +744,8 @@ int cnx_segjoin_run(const cnx_segjoin_input *in, size_t n,
     if (rc == 0)
         rc = collect(out, recs, n, &all, &sizes, &nall);
     if (rc == 0)
-        rc = join_edges(recs, n, p->sections, &es);
+        rc = join_edges(recs, n,
+                        cnx_segment_mode_of(p) == CNX_SEGMENT_MODE_2D, &es);
     if (rc == 0) {
         /* Edges from all faces, summed per fragment pair. */
         merge_edges(&es, 0);
@@ -762,7 +763,7 @@ int cnx_segjoin_run(const cnx_segjoin_input *in, size_t n,
                 out->nmerged++;
             }
         rc = cleanup_small(parent, sizes, nall, re, es.n,
-                           (uint64_t)p->min_size, &out->nmerged);
+                           (uint64_t)cnx_segment_min_voxels(p), &out->nmerged);
     }
     if (rc == 0)
         rc = segments(out, parent, all, sizes, nall);

@@ -26,81 +26,121 @@
 void cnx_segment_params_default(cnx_segment_params *p)
 {
     memset(p, 0, sizeof(*p));
+    p->resolution[0] = p->resolution[1] = p->resolution[2] = 8.0;
     p->raw_input = 0;
-    p->sections = 0;
-    p->filter_sigma = 1.5;
+    p->mode = CNX_SEGMENT_MODE_AUTO;
+    p->filter_sigma_nm = 6.0;
     p->filter_ridge = 0.3;
-    p->filter_background = 25.0;
-    p->seed_min_distance = 2;
+    p->filter_background_nm = 100.0;
+    p->seed_distance_nm = 16.0;
     p->seed_threshold = 0.5;
     p->seed_method = CNX_SEGMENT_SEEDS_DISTANCE;
     p->merge_threshold = 0.5;
-    p->min_size = 64;
+    p->min_size_nm3 = 32768.0;
 }
 
 /* ---- JSON parameters ---------------------------------------------------- */
 
-static int get_seed_method(const json_t *js, cnx_segment_seeds *out)
+/* A string-valued key: *out = the index of its value in names (or kept);
+ * names holds 2 .. 4 choices. */
+static int get_choice(const json_t *js, const char *key,
+                      const char *const *names, int *out)
 {
-    const json_t *v = json_object_get(js, "seed_method");
+    const json_t *v = json_object_get(js, key);
+    char list[128] = "";
     const char *s;
+    int n = 0;
     if (v == NULL)
         return 0;
     s = json_is_string(v) ? json_string_value(v) : "";
-    if (strcmp(s, "distance") == 0)
-        *out = CNX_SEGMENT_SEEDS_DISTANCE;
-    else if (strcmp(s, "minima") == 0)
-        *out = CNX_SEGMENT_SEEDS_MINIMA;
-    else
-        return cnx_error_set(CNX_ESCHEMA, 0,
-                             WHAT ".seed_method: must be \"distance\" or "
-                                  "\"minima\"");
+    for (int i = 0; names[i] != NULL; i++, n++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(list);
+        snprintf(list + len, sizeof(list) - len, "%s\"%s\"",
+                 i == 0 ? "" : i == n - 1 ? " or " : ", ", names[i]);
+    }
+    return cnx_error_set(CNX_ESCHEMA, 0, WHAT ".%s: must be %s", key, list);
+}
+
+/* Keys of kernel version 1, in voxels, and what replaced them. */
+static int old_keys(const json_t *js)
+{
+    static const char *const old[][2] = {
+        {"sections", "mode (\"sections\" or \"2d\")"},
+        {"filter_sigma", "filter_sigma_nm (nm)"},
+        {"filter_background", "filter_background_nm (nm)"},
+        {"seed_min_distance", "seed_distance_nm (nm)"},
+        {"min_size", "min_size_nm3 (nm^3)"},
+    };
+    for (size_t i = 0; i < sizeof(old) / sizeof(old[0]); i++)
+        if (json_object_get(js, old[i][0]) != NULL)
+            return cnx_error_set(CNX_ESCHEMA, 0,
+                                 WHAT ".%s: a voxel-unit key of kernel "
+                                      "version 1; use %s",
+                                 old[i][0], old[i][1]);
     return 0;
 }
 
 /* Every key of js over p, in a fixed order (the first bad key is named). */
 static int parse_keys(const json_t *js, cnx_segment_params *p)
 {
-    int rc = cnx__json_param_flag(js, "raw_input", WHAT, &p->raw_input);
+    static const char *const modes[] = {"auto", "3d", "sections", "2d", NULL};
+    static const char *const seeds[] = {"distance", "minima", NULL};
+    int mode = (int)p->mode, seed = (int)p->seed_method;
+    int rc = old_keys(js);
     if (rc == 0)
-        rc = cnx__json_param_flag(js, "sections", WHAT, &p->sections);
+        rc = cnx__json_param_flag(js, "raw_input", WHAT, &p->raw_input);
     if (rc == 0)
-        rc = cnx__json_param_number(js, "filter_sigma", 0.5, 8.0, 0, WHAT,
-                                    &p->filter_sigma);
+        rc = get_choice(js, "mode", modes, &mode);
+    if (rc == 0)
+        rc = cnx__json_param_number(js, "filter_sigma_nm", 1.0, 1000.0, 0,
+                                    WHAT, &p->filter_sigma_nm);
     if (rc == 0)
         rc = cnx__json_param_number(js, "filter_ridge", 0.0, 1.0, 0, WHAT,
                                     &p->filter_ridge);
     if (rc == 0)
-        rc = cnx__json_param_number(js, "filter_background", 0.0, 256.0, 0,
-                                    WHAT, &p->filter_background);
+        rc = cnx__json_param_number(js, "filter_background_nm", 0.0, 1e5, 0,
+                                    WHAT, &p->filter_background_nm);
     if (rc == 0)
-        rc = cnx__json_param_int(js, "seed_min_distance", 0, 64, WHAT,
-                                 &p->seed_min_distance);
+        rc = cnx__json_param_number(js, "seed_distance_nm", 0.0, 1e4, 0, WHAT,
+                                    &p->seed_distance_nm);
     if (rc == 0)
         rc = cnx__json_param_number(js, "seed_threshold", 0.0, 1.0, 0, WHAT,
                                     &p->seed_threshold);
     if (rc == 0)
-        rc = get_seed_method(js, &p->seed_method);
+        rc = get_choice(js, "seed_method", seeds, &seed);
     if (rc == 0)
         rc = cnx__json_param_number(js, "merge_threshold", 0.0, 1.0, 0, WHAT,
                                     &p->merge_threshold);
     if (rc == 0)
-        rc = cnx__json_param_int(js, "min_size", 0, CNX_SEGMENT_MAX_VOXELS,
-                                 WHAT, &p->min_size);
+        rc = cnx__json_param_number(js, "min_size_nm3", 0.0, 1e15, 0, WHAT,
+                                    &p->min_size_nm3);
+    p->mode = (cnx_segment_mode)mode;
+    p->seed_method = (cnx_segment_seeds)seed;
     return rc;
 }
 
 int cnx_segment_params_parse(cnx_segment_params *p, const char *json)
 {
     static const char *const keys[] = {"raw_input",
-                                       "sections",
-                                       "filter_sigma",
+                                       "mode",
+                                       "filter_sigma_nm",
                                        "filter_ridge",
-                                       "filter_background",
-                                       "seed_min_distance",
+                                       "filter_background_nm",
+                                       "seed_distance_nm",
                                        "seed_threshold",
                                        "seed_method",
                                        "merge_threshold",
+                                       "min_size_nm3",
+                                       /* refused by old_keys, by name */
+                                       "sections",
+                                       "filter_sigma",
+                                       "filter_background",
+                                       "seed_min_distance",
                                        "min_size",
                                        NULL};
     cnx_segment_params tmp;
@@ -123,22 +163,44 @@ static int bad_field(const char *field)
     return cnx_error_set(CNX_EINVAL, 0, "segment: %s: out of range", field);
 }
 
+/* A length in nm as voxels along axis i (rounded). */
+static double vox(const cnx_segment_params *p, double nm, int i)
+{
+    return nm / p->resolution[i];
+}
+
+/* Voxel-unit limits of the derived settings (memory and time bounds). */
+#define SIGMA_MAX 16.0      /* filter scale, voxels */
+#define BACKGROUND_MAX 256.0 /* shading radius, voxels */
+#define SEED_MAX 64.0       /* seed window half side, voxels */
+
+static int bad_voxels(const char *field, double v, double max)
+{
+    return cnx_error_set(CNX_EINVAL, 0,
+                         "segment: %s is %.4g voxels at this resolution, "
+                         "over %.0f",
+                         field, v, max);
+}
+
 int cnx_segment_params_check(const cnx_segment_params *p)
 {
     if (p == NULL)
         return cnx_error_set(CNX_EINVAL, 0, "segment: no parameters");
+    for (int i = 0; i < 3; i++)
+        if (!(p->resolution[i] >= 0.01 && p->resolution[i] <= 1e6))
+            return bad_field("resolution");
     if (p->raw_input != 0 && p->raw_input != 1)
         return bad_field("raw_input");
-    if (p->sections != 0 && p->sections != 1)
-        return bad_field("sections");
-    if (!(p->filter_sigma >= 0.5 && p->filter_sigma <= 8.0))
-        return bad_field("filter_sigma");
+    if (p->mode < CNX_SEGMENT_MODE_AUTO || p->mode > CNX_SEGMENT_MODE_2D)
+        return bad_field("mode");
+    if (!(p->filter_sigma_nm >= 1.0 && p->filter_sigma_nm <= 1000.0))
+        return bad_field("filter_sigma_nm");
     if (!(p->filter_ridge >= 0.0 && p->filter_ridge <= 1.0))
         return bad_field("filter_ridge");
-    if (!(p->filter_background >= 0.0 && p->filter_background <= 256.0))
-        return bad_field("filter_background");
-    if (p->seed_min_distance < 0 || p->seed_min_distance > 64)
-        return bad_field("seed_min_distance");
+    if (!(p->filter_background_nm >= 0.0 && p->filter_background_nm <= 1e5))
+        return bad_field("filter_background_nm");
+    if (!(p->seed_distance_nm >= 0.0 && p->seed_distance_nm <= 1e4))
+        return bad_field("seed_distance_nm");
     if (!(p->seed_threshold >= 0.0 && p->seed_threshold <= 1.0))
         return bad_field("seed_threshold");
     if (p->seed_method != CNX_SEGMENT_SEEDS_DISTANCE &&
@@ -146,9 +208,91 @@ int cnx_segment_params_check(const cnx_segment_params *p)
         return bad_field("seed_method");
     if (!(p->merge_threshold >= 0.0 && p->merge_threshold <= 1.0))
         return bad_field("merge_threshold");
-    if (p->min_size < 0 || p->min_size > CNX_SEGMENT_MAX_VOXELS)
-        return bad_field("min_size");
+    if (!(p->min_size_nm3 >= 0.0 && p->min_size_nm3 <= 1e15))
+        return bad_field("min_size_nm3");
+    /* z is not filtered nor seeded across in the section modes. */
+    for (int i = 0; i < (cnx_segment_mode_of(p) == CNX_SEGMENT_MODE_3D ? 3 : 2);
+         i++) {
+        if (p->raw_input && 2.0 * vox(p, p->filter_sigma_nm, i) > SIGMA_MAX)
+            return bad_voxels("2 x filter_sigma_nm",
+                              2.0 * vox(p, p->filter_sigma_nm, i), SIGMA_MAX);
+        if (p->raw_input &&
+            vox(p, p->filter_background_nm, i) > BACKGROUND_MAX)
+            return bad_voxels("filter_background_nm",
+                              vox(p, p->filter_background_nm, i),
+                              BACKGROUND_MAX);
+        if (vox(p, p->seed_distance_nm, i) > SEED_MAX)
+            return bad_voxels("seed_distance_nm",
+                              vox(p, p->seed_distance_nm, i), SEED_MAX);
+    }
     return 0;
+}
+
+cnx_segment_mode cnx_segment_mode_of(const cnx_segment_params *p)
+{
+    double xy;
+    if (p->mode != CNX_SEGMENT_MODE_AUTO)
+        return p->mode;
+    xy = p->resolution[0] > p->resolution[1] ? p->resolution[0]
+                                             : p->resolution[1];
+    return p->resolution[2] >= CNX_SEGMENT_ANISOTROPY * xy
+               ? CNX_SEGMENT_MODE_SECTIONS
+               : CNX_SEGMENT_MODE_3D;
+}
+
+int64_t cnx_segment_min_voxels(const cnx_segment_params *p)
+{
+    double v = p->min_size_nm3 /
+               (p->resolution[0] * p->resolution[1] * p->resolution[2]);
+    return v >= (double)CNX_SEGMENT_MAX_VOXELS ? CNX_SEGMENT_MAX_VOXELS
+                                               : (int64_t)(v + 0.5);
+}
+
+/* Round a non-negative voxel count. */
+static int64_t round_vox(double v)
+{
+    return (int64_t)(v + 0.5);
+}
+
+void seg__cfg(const cnx_segment_params *p, seg_cfg *c)
+{
+    const cnx_segment_mode mode = cnx_segment_mode_of(p);
+    memset(c, 0, sizeof(*c));
+    c->raw_input = p->raw_input;
+    c->sections = mode != CNX_SEGMENT_MODE_3D;
+    c->z_edges = mode != CNX_SEGMENT_MODE_2D;
+    for (int i = 0; i < 3; i++) {
+        c->sigma[i] = vox(p, p->filter_sigma_nm, i);
+        c->background[i] = round_vox(vox(p, p->filter_background_nm, i));
+        c->seed_r[i] = round_vox(vox(p, p->seed_distance_nm, i));
+    }
+    c->ridge = p->filter_ridge;
+    c->seed_threshold = p->seed_threshold;
+    c->seed_method = p->seed_method;
+    c->merge_threshold = p->merge_threshold;
+    c->min_size = (uint64_t)cnx_segment_min_voxels(p);
+}
+
+int64_t cnx_segment_halo(const cnx_segment_params *p)
+{
+    seg_cfg c;
+    int64_t halo = 0;
+    if (cnx_segment_params_check(p) != 0)
+        return 8;
+    seg__cfg(p, &c);
+    for (int i = 0; i < (c.sections ? 2 : 3); i++) {
+        int64_t filter = 0, seeds = 4 * c.seed_r[i];
+        if (c.raw_input) {
+            /* binomial radii: round(2 s^2) at s = sigma, 2 sigma */
+            int64_t ridge = round_vox(8.0 * c.sigma[i] * c.sigma[i]) + 1;
+            int64_t shade = 3 * c.background[i];
+            filter = ridge > shade ? ridge : shade;
+        }
+        seeds = seeds > 8 ? seeds : 8;
+        if (filter + seeds > halo)
+            halo = filter + seeds;
+    }
+    return halo;
 }
 
 uint64_t cnx_segment_merge_level(double merge_threshold)
@@ -160,7 +304,8 @@ uint64_t cnx_segment_merge_level(double merge_threshold)
 
 /* ---- geometry ------------------------------------------------------------ */
 
-int seg__grid_init(seg_grid *g, const int64_t size[3], int sections)
+int seg__grid_init(seg_grid *g, const int64_t size[3], int sections,
+                   int z_edges)
 {
     int64_t voxels = 1;
     for (int i = 0; i < 3; i++) {
@@ -192,6 +337,7 @@ int seg__grid_init(seg_grid *g, const int64_t size[3], int sections)
     memcpy(g->size, size, sizeof(g->size));
     g->n = (size_t)(g->px * g->py * (size[2] + 2));
     g->sections = sections;
+    g->z_edges = z_edges;
     g->nnb = sections ? 4 : 6;
     g->nb[0] = -1;
     g->nb[1] = 1;
@@ -205,13 +351,15 @@ int seg__grid_init(seg_grid *g, const int64_t size[3], int sections)
 /* ---- boundary conversion ------------------------------------------------ */
 
 static int check_call(const void *in, const int64_t size[3],
-                      const cnx_segment_params *p, const void *out, seg_grid *g)
+                      const cnx_segment_params *p, const void *out, seg_grid *g,
+                      seg_cfg *c)
 {
     if (in == NULL || size == NULL || out == NULL)
         return cnx_error_set(CNX_EINVAL, 0, "segment: NULL buffer or size");
     if (cnx_segment_params_check(p) != 0)
         return CNX_EINVAL;
-    return seg__grid_init(g, size, p->sections);
+    seg__cfg(p, c);
+    return seg__grid_init(g, size, c->sections, c->z_edges);
 }
 
 static size_t voxels_of(const int64_t size[3])
@@ -253,8 +401,8 @@ static int normalise(float *v, size_t n)
 }
 
 /* img: normalised intensities in [0, 1], overwritten by the filter. */
-static int filter_raw(float *img, const int64_t size[3],
-                      const cnx_segment_params *p, float *out)
+static int filter_raw(float *img, const int64_t size[3], const seg_cfg *p,
+                      float *out)
 {
     int rc = normalise(img, voxels_of(size));
     return rc != 0 ? rc : seg__membrane_filter(img, size, p, out);
@@ -264,9 +412,10 @@ int cnx_segment_boundary_u8(const uint8_t *in, const int64_t size[3],
                             const cnx_segment_params *p, float *boundary_out)
 {
     seg_grid g;
+    seg_cfg c;
     float *img;
     size_t n;
-    int rc = check_call(in, size, p, boundary_out, &g);
+    int rc = check_call(in, size, p, boundary_out, &g, &c);
     if (rc != 0)
         return rc;
     n = voxels_of(size);
@@ -280,7 +429,7 @@ int cnx_segment_boundary_u8(const uint8_t *in, const int64_t size[3],
         return cnx_error_set(CNX_ENOMEM, 0, "segment: out of memory");
     for (size_t i = 0; i < n; i++)
         img[i] = (float)in[i] / 255.0f;
-    rc = filter_raw(img, size, p, boundary_out);
+    rc = filter_raw(img, size, &c, boundary_out);
     free(img);
     return rc;
 }
@@ -322,9 +471,10 @@ int cnx_segment_boundary_f32(const float *in, const int64_t size[3],
                              const cnx_segment_params *p, float *boundary_out)
 {
     seg_grid g;
+    seg_cfg c;
     float *img;
     size_t n;
-    int rc = check_call(in, size, p, boundary_out, &g);
+    int rc = check_call(in, size, p, boundary_out, &g, &c);
     if (rc != 0)
         return rc;
     n = voxels_of(size);
@@ -337,7 +487,7 @@ int cnx_segment_boundary_f32(const float *in, const int64_t size[3],
     if (img == NULL)
         return cnx_error_set(CNX_ENOMEM, 0, "segment: out of memory");
     span_f32(in, n, img);
-    rc = filter_raw(img, size, p, boundary_out);
+    rc = filter_raw(img, size, &c, boundary_out);
     free(img);
     return rc;
 }
@@ -364,9 +514,10 @@ int cnx_segment_volume(const float *boundary, const int64_t size[3],
                        uint32_t *nlabels)
 {
     seg_grid g;
+    seg_cfg c;
     uint8_t *q = NULL;
     uint32_t *lab = NULL, nbasins = 0;
-    int rc = check_call(boundary, size, p, labels, &g);
+    int rc = check_call(boundary, size, p, labels, &g, &c);
     if (rc != 0)
         return rc;
     if (nlabels == NULL)
@@ -381,9 +532,9 @@ int cnx_segment_volume(const float *boundary, const int64_t size[3],
         goto done;
     }
     quantise_padded(&g, boundary, q);
-    rc = seg__watershed(&g, p, q, lab, &nbasins);
+    rc = seg__watershed(&g, &c, q, lab, &nbasins);
     if (rc == 0)
-        rc = seg__agglomerate(&g, p, q, lab, nbasins, labels, nlabels);
+        rc = seg__agglomerate(&g, &c, q, lab, nbasins, labels, nlabels);
 done:
     free(lab);
     free(q);

@@ -113,19 +113,43 @@ static void conv_rows(const float *src, float *dst, const vol3 *v, int axis,
     }
 }
 
-/* Separable convolution of a (in place) with kernel w of radius r; tmp: a
- * volume of scratch. */
-static int convolve(float *a, float *tmp, const vol3 *v, int sections,
-                    const float *w, int64_t r)
+/* One binomial kernel per axis (the scale of each, voxels). */
+typedef struct kern3 {
+    float *w[3];
+    int64_t r[3];
+} kern3;
+
+static void kern3_free(kern3 *k)
 {
-    float *line = malloc((size_t)(v->s[0] + 2 * r) * sizeof(*line));
+    for (int i = 0; i < 3; i++)
+        free(k->w[i]);
+}
+
+/* k: binomial kernels of scale factor * sigma[i]. @return 0 or CNX_ENOMEM. */
+static int kern3_init(kern3 *k, const double sigma[3], double factor)
+{
+    int rc = 0;
+    for (int i = 0; i < 3; i++) {
+        k->w[i] = binomial(factor * sigma[i], &k->r[i]);
+        if (k->w[i] == NULL)
+            rc = CNX_ENOMEM;
+    }
+    return rc;
+}
+
+/* Separable convolution of a (in place) with k along x, y and (unless
+ * sections) z; tmp: a volume of scratch. */
+static int convolve(float *a, float *tmp, const vol3 *v, int sections,
+                    const kern3 *k)
+{
+    float *line = malloc((size_t)(v->s[0] + 2 * k->r[0]) * sizeof(*line));
     if (line == NULL)
         return CNX_ENOMEM;
-    conv_x(a, tmp, v, w, r, line);
+    conv_x(a, tmp, v, k->w[0], k->r[0], line);
     free(line);
-    conv_rows(tmp, a, v, 1, w, r);
-    if (!sections && v->s[2] > 1) {
-        conv_rows(a, tmp, v, 2, w, r);
+    conv_rows(tmp, a, v, 1, k->w[1], k->r[1]);
+    if (!sections && v->s[2] > 1 && k->r[2] > 0) {
+        conv_rows(a, tmp, v, 2, k->w[2], k->r[2]);
         memcpy(a, tmp, v->n * sizeof(*a));
     }
     return 0;
@@ -173,16 +197,18 @@ static void box_axis(const float *a, float *b, const vol3 *v, int axis,
     }
 }
 
-/* Three box passes per axis, a in place (tmp: scratch volume). */
-static int box3(float *a, float *tmp, const vol3 *v, int sections, int64_t r)
+/* Three box passes per axis of radius r[axis] (none where 0), a in place
+ * (tmp: scratch volume). */
+static int box3(float *a, float *tmp, const vol3 *v, int sections,
+                const int64_t r[3])
 {
     const int axes = sections || v->s[2] == 1 ? 2 : 3;
     double *sums = malloc((size_t)v->s[0] * sizeof(*sums));
     if (sums == NULL)
         return CNX_ENOMEM;
     for (int axis = 0; axis < axes; axis++)
-        for (int pass = 0; pass < 3; pass++) {
-            box_axis(a, tmp, v, axis, r, sums);
+        for (int pass = 0; pass < 3 && r[axis] > 0; pass++) {
+            box_axis(a, tmp, v, axis, r[axis], sums);
             memcpy(a, tmp, v->n * sizeof(*a));
         }
     free(sums);
@@ -332,48 +358,46 @@ static int stretch_domains(float *a, const vol3 *v, int sections)
 
 /* darkness term into dark (tmp, line: scratch). */
 static int darkness(const float *img, float *dark, float *bg, float *tmp,
-                    const vol3 *v, const cnx_segment_params *p)
+                    const vol3 *v, const seg_cfg *p)
 {
-    const int bgon = p->filter_background > 0.0;
-    int64_t r;
-    float *w = binomial(p->filter_sigma, &r);
-    int rc = w == NULL ? CNX_ENOMEM : 0;
+    const int bgon = p->background[0] > 0 || p->background[1] > 0 ||
+                     (!p->sections && p->background[2] > 0);
+    kern3 k = {{NULL, NULL, NULL}, {0, 0, 0}};
+    int rc = kern3_init(&k, p->sigma, 1.0);
     for (size_t i = 0; i < v->n && rc == 0; i++)
         dark[i] = 1.0f - img[i];
     if (rc == 0 && bgon) {
         memcpy(bg, dark, v->n * sizeof(*bg));
-        rc = box3(bg, tmp, v, p->sections,
-                  (int64_t)(p->filter_background + 0.5));
+        rc = box3(bg, tmp, v, p->sections, p->background);
     }
     if (rc == 0)
-        rc = convolve(dark, tmp, v, p->sections, w, r);
+        rc = convolve(dark, tmp, v, p->sections, &k);
     for (size_t i = 0; i < v->n && rc == 0 && bgon; i++)
         dark[i] -= bg[i];
-    free(w);
+    kern3_free(&k);
     return rc;
 }
 
 static int ridge_term(const float *img, float *out, float *sm, float *tmp,
-                      const vol3 *v, const cnx_segment_params *p)
+                      const vol3 *v, const seg_cfg *p)
 {
-    int64_t r;
-    float *w = binomial(2.0 * p->filter_sigma, &r);
-    int rc = w == NULL ? CNX_ENOMEM : 0;
+    kern3 k = {{NULL, NULL, NULL}, {0, 0, 0}};
+    int rc = kern3_init(&k, p->sigma, 2.0);
     if (rc == 0) {
         memcpy(sm, img, v->n * sizeof(*sm));
-        rc = convolve(sm, tmp, v, p->sections, w, r);
+        rc = convolve(sm, tmp, v, p->sections, &k);
     }
     if (rc == 0)
         ridge(sm, out, v, p->sections);
-    free(w);
+    kern3_free(&k);
     return rc;
 }
 
 int seg__membrane_filter(const float *img, const int64_t size[3],
-                         const cnx_segment_params *p, float *out)
+                         const seg_cfg *p, float *out)
 {
     vol3 v = {{size[0], size[1], size[2]}, 0};
-    const double wr = p->filter_ridge;
+    const double wr = p->ridge;
     float *dark, *a, *b;
     int rc = 0;
     v.n = (size_t)(size[0] * size[1] * size[2]);

@@ -51,12 +51,34 @@ static inline int seg__bq_push(seg_bucket *b, uint32_t v)
     return 0;
 }
 
+/*
+ * The parameters in the units the kernel works in (voxels, quantised
+ * levels), from cnx_segment_params and its resolution (seg__cfg).
+ */
+typedef struct seg_cfg {
+    int raw_input;
+    int sections;  /* filter, seeds and watershed per z section */
+    int z_edges;   /* the graph links sections (0: 2D mode) */
+    double sigma[3];      /* filter scale per axis, voxels (z unused with sections) */
+    int64_t background[3]; /* shading box radius per axis, voxels; 0: none */
+    double ridge;         /* filter_ridge */
+    int64_t seed_r[3];    /* seed window half side per axis, voxels */
+    double seed_threshold;
+    cnx_segment_seeds seed_method;
+    double merge_threshold;
+    uint64_t min_size;    /* voxels */
+} seg_cfg;
+
+/** Fill c from checked parameters p. */
+void seg__cfg(const cnx_segment_params *p, seg_cfg *c);
+
 /* A padded volume's geometry. */
 typedef struct seg_grid {
     int64_t size[3]; /* the real extent */
     int64_t px, py;  /* padded extents of x and y (size + 2) */
     size_t n;        /* padded voxels, (sx + 2)(sy + 2)(sz + 2) */
-    int sections;    /* 1: no neighbours across z */
+    int sections;    /* 1: seeds and watershed see no neighbour across z */
+    int z_edges;     /* 1: the graph has edges across z */
     int nnb;         /* face neighbours used: 6, or 4 with sections */
     ptrdiff_t nb[6]; /* their index offsets: -x, +x, -y, +y, -z, +z */
 } seg_grid;
@@ -71,14 +93,15 @@ static inline size_t seg__at(const seg_grid *g, int64_t x, int64_t y, int64_t z)
  * Check a size and fill g. @return 0; CNX_EINVAL for a size below 1;
  * CNX_ETOOBIG over the voxel, side or padded-index limits.
  */
-int seg__grid_init(seg_grid *g, const int64_t size[3], int sections);
+int seg__grid_init(seg_grid *g, const int64_t size[3], int sections,
+                   int z_edges);
 
 /**
  * Seeds: lab (padded) out with the margin SEG_BORDER, the seeds labelled
  * 1..*nseeds in raster order of their first voxels, every other voxel
  * SEG_UNLABELLED | q. @return 0; CNX_ENOMEM.
  */
-int seg__seeds(const seg_grid *g, const cnx_segment_params *p, const uint8_t *q,
+int seg__seeds(const seg_grid *g, const seg_cfg *p, const uint8_t *q,
                uint32_t *lab, uint32_t *nseeds);
 
 /**
@@ -87,7 +110,7 @@ int seg__seeds(const seg_grid *g, const cnx_segment_params *p, const uint8_t *q,
  * and the margin SEG_BORDER.
  * @return 0; CNX_ENOMEM.
  */
-int seg__watershed(const seg_grid *g, const cnx_segment_params *p,
+int seg__watershed(const seg_grid *g, const seg_cfg *p,
                    const uint8_t *q, uint32_t *lab, uint32_t *nbasins);
 
 /**
@@ -95,7 +118,7 @@ int seg__watershed(const seg_grid *g, const cnx_segment_params *p,
  * seg__watershed) in, labels (real layout) out.
  * @return 0; CNX_ENOMEM.
  */
-int seg__agglomerate(const seg_grid *g, const cnx_segment_params *p,
+int seg__agglomerate(const seg_grid *g, const seg_cfg *p,
                      const uint8_t *q, const uint32_t *lab, uint32_t nbasins,
                      uint32_t *labels, uint32_t *nlabels);
 
@@ -106,6 +129,6 @@ int seg__agglomerate(const seg_grid *g, const cnx_segment_params *p,
  * @return 0; CNX_ENOMEM.
  */
 int seg__membrane_filter(const float *img, const int64_t size[3],
-                         const cnx_segment_params *p, float *out);
+                         const seg_cfg *p, float *out);
 
 #endif

@@ -193,7 +193,7 @@ static int build_edges(rag *r, const seg_grid *g, const uint8_t *q,
                        const uint32_t *lab)
 {
     const int64_t *s = g->size;
-    const int ndirs = g->sections ? 2 : 3;
+    const int ndirs = g->z_edges ? 3 : 2;
     const ptrdiff_t dir[3] = {g->nb[1], g->nb[3], g->nb[5]};
     edge_table t;
     uint64_t last_key[3] = {0, 0, 0}; /* per direction: runs of one pair */
@@ -277,7 +277,7 @@ static void rag_dispose(rag *r)
     free(r->queue.e);
 }
 
-static int rag_init(rag *r, const seg_grid *g, const cnx_segment_params *p,
+static int rag_init(rag *r, const seg_grid *g, const seg_cfg *p,
                     const uint8_t *q, const uint32_t *lab, uint32_t nbasins)
 {
     const size_t nn = (size_t)nbasins + 1;
@@ -505,7 +505,7 @@ static int number(rag *r, const seg_grid *g, const uint32_t *lab,
     return 0;
 }
 
-int seg__agglomerate(const seg_grid *g, const cnx_segment_params *p,
+int seg__agglomerate(const seg_grid *g, const seg_cfg *p,
                      const uint8_t *q, const uint32_t *lab, uint32_t nbasins,
                      uint32_t *labels, uint32_t *nlabels)
 {
@@ -514,7 +514,7 @@ int seg__agglomerate(const seg_grid *g, const cnx_segment_params *p,
     if (rc == 0)
         rc = agglomerate(&r);
     if (rc == 0 && p->min_size > 1)
-        rc = cleanup(&r, (uint64_t)p->min_size);
+        rc = cleanup(&r, p->min_size);
     if (rc == 0)
         rc = number(&r, g, lab, labels, nlabels);
     rag_dispose(&r);

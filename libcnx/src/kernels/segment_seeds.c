@@ -6,7 +6,7 @@
  * the 3-4-5 chamfer distance to the nearest boundary voxel (3 per voxel
  * step, saturating at 255, i.e. 85 voxels: farther is all one plateau);
  * for minima seeds 255 - q. A separable running maximum over a cube of
- * radius seed_min_distance (van Herk / Gil-Werman, O(1) per voxel whatever
+ * half side seed_r per axis (van Herk / Gil-Werman, O(1) per voxel whatever
  * the radius), then a flood fill of the voxels equal to their window's
  * maximum, in raster order: seed k is the k-th such component by its
  * first voxel. Row loops run in blocks of 16 so that the compiler can use
@@ -223,34 +223,36 @@ static void row_max_x(uint8_t *f, int64_t n, int64_t r, uint8_t *buf,
             max_into(f, buf + k, n);
 }
 
-/* Running maximum of radius r along x, y and (unless sections) z, over the
- * real voxels. */
-static int cube_max(const seg_grid *g, uint8_t *f, int64_t r)
+/* Running maximum of half side r[i] along x, y and (unless sections) z,
+ * over the real voxels. */
+static int cube_max(const seg_grid *g, uint8_t *f, const int64_t r[3])
 {
     const int64_t *s = g->size;
     const size_t sy = (size_t)g->px, sz = (size_t)(g->px * g->py);
     int64_t len = s[0] > s[1] ? s[0] : s[1];
     uint8_t *fwd, *bwd, *buf;
-    if (r == 0)
+    if (r[0] == 0 && r[1] == 0 && (r[2] == 0 || g->sections))
         return 0;
     len = len > s[2] ? len : s[2];
     fwd = malloc((size_t)(len * s[0]));
     bwd = malloc((size_t)(len * s[0]));
-    buf = malloc((size_t)(s[0] + 2 * r));
+    buf = malloc((size_t)(s[0] + 2 * r[0]));
     if (fwd == NULL || bwd == NULL || buf == NULL) {
         free(fwd);
         free(bwd);
         free(buf);
         return cnx_error_set(CNX_ENOMEM, 0, "segment: out of memory");
     }
-    for (int64_t z = 0; z < s[2]; z++)
+    if (r[0] > 0)
+        for (int64_t z = 0; z < s[2]; z++)
+            for (int64_t y = 0; y < s[1]; y++)
+                row_max_x(f + seg__at(g, 0, y, z), s[0], r[0], buf, fwd, bwd);
+    if (r[1] > 0)
+        for (int64_t z = 0; z < s[2]; z++)
+            rows_max(f + seg__at(g, 0, 0, z), sy, s[1], s[0], r[1], fwd, bwd);
+    if (!g->sections && r[2] > 0)
         for (int64_t y = 0; y < s[1]; y++)
-            row_max_x(f + seg__at(g, 0, y, z), s[0], r, buf, fwd, bwd);
-    for (int64_t z = 0; z < s[2]; z++)
-        rows_max(f + seg__at(g, 0, 0, z), sy, s[1], s[0], r, fwd, bwd);
-    if (!g->sections)
-        for (int64_t y = 0; y < s[1]; y++)
-            rows_max(f + seg__at(g, 0, y, 0), sz, s[2], s[0], r, fwd, bwd);
+            rows_max(f + seg__at(g, 0, y, 0), sz, s[2], s[0], r[2], fwd, bwd);
     free(fwd);
     free(bwd);
     free(buf);
@@ -339,7 +341,7 @@ static void seed_empty_domains(const seg_grid *g, const uint8_t *q,
     }
 }
 
-int seg__seeds(const seg_grid *g, const cnx_segment_params *p, const uint8_t *q,
+int seg__seeds(const seg_grid *g, const seg_cfg *p, const uint8_t *q,
                uint32_t *lab, uint32_t *nseeds)
 {
     const uint32_t level = cnx_segment_quantize((float)p->seed_threshold);
@@ -356,7 +358,7 @@ int seg__seeds(const seg_grid *g, const cnx_segment_params *p, const uint8_t *q,
         chamfer_pass(g, h, -1);
     }
     memcpy(m, h, g->n);
-    rc = cube_max(g, m, p->seed_min_distance);
+    rc = cube_max(g, m, p->seed_r);
     if (rc != 0)
         goto done;
     clear_labels(g, q, lab);

@@ -95,7 +95,7 @@ static int flood(const seg_grid *g, const uint8_t *q, uint32_t *lab)
     return rc;
 }
 
-int seg__watershed(const seg_grid *g, const cnx_segment_params *p,
+int seg__watershed(const seg_grid *g, const seg_cfg *p,
                    const uint8_t *q, uint32_t *lab, uint32_t *nbasins)
 {
     int rc = seg__seeds(g, p, q, lab, nbasins);

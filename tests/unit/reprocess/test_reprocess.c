@@ -606,7 +606,7 @@ static void test_reprocess__summary_text_has_the_figures(void **s)
     static const char *const want[] = {
         "request r1: failed",
         "12.5 s",
-        "SLO met",
+        "SLO MISSED (incomplete: 1 task dead, 4 never ran)",
         "ds1",
         "31/32",
         "0/4",
@@ -632,6 +632,57 @@ static void test_reprocess__summary_text_has_the_figures(void **s)
             fail_msg("summary lacks '%s':\n%s", want[i], text);
     free(text);
     cnx_request_state_free(st);
+}
+
+/* A finished message that says "met" in time, with dead and never-run
+ * tasks in its one stage. */
+static char *met_msg(int dead, int never_run)
+{
+    static const char fmt[] =
+        HEAD("finished") "\"outcome\":\"%s\","
+        "\"submitted\":\"2026-11-22T12:00:00Z\","
+        "\"deadline\":\"2026-11-23T12:00:00Z\",\"elapsed_s\":12.5,"
+        "\"slo\":\"met\",\"repeated\":0,\"identical\":0,"
+        "\"stages\":[{\"stage\":\"ds1\",\"worker\":\"downsample\","
+        "\"total\":12,\"done\":%d,\"dead\":%d,\"never_run\":%d,"
+        "\"reused\":0,\"attempts\":12,\"voxels\":0,\"cpu_s\":0,"
+        "\"wall_s\":0,\"bytes_read\":0,\"bytes_written\":0,"
+        "\"mvx_per_s\":null,\"core_hours\":0,\"mm3\":0,"
+        "\"gb_per_mm3\":null,\"usd_per_mm3\":null}],\"violations\":[],"
+        "\"failures\":[],\"price_per_core_hour\":null}";
+    static char msg[2048];
+    snprintf(msg, sizeof(msg), fmt, dead + never_run ? "failed" : "done",
+             12 - dead - never_run, dead, never_run);
+    return msg;
+}
+
+/* Regression: a request with dead-lettered or never-run tasks was
+ * summarised as "SLO met" when it finished before its deadline. */
+static void test_reprocess__summary_never_says_slo_met_with_dead_tasks(void **s)
+{
+    static const struct {
+        int dead, never_run;
+        const char *want;
+    } rows[] = {
+        {0, 0, "deadline 2026-11-23T12:00:00Z: SLO met\n"},
+        {12, 0, "SLO MISSED (incomplete: 12 tasks dead, 0 never ran)\n"},
+        {1, 3, "SLO MISSED (incomplete: 1 task dead, 3 never ran)\n"},
+        {0, 2, "SLO MISSED (incomplete: 0 tasks dead, 2 never ran)\n"},
+    };
+    (void)s;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        cnx_request_state *st =
+            parse_ok(met_msg(rows[i].dead, rows[i].never_run));
+        char *text = NULL;
+        assert_int_equal(cnx_reprocess_summary_text(st, &text), 0);
+        if (strstr(text, rows[i].want) == NULL)
+            fail_msg("row %zu: summary lacks '%s':\n%s", i, rows[i].want, text);
+        if (rows[i].dead + rows[i].never_run > 0 &&
+            strstr(text, "SLO met") != NULL)
+            fail_msg("row %zu: says SLO met with tasks left:\n%s", i, text);
+        free(text);
+        cnx_request_state_free(st);
+    }
 }
 
 static void test_reprocess__result_json_adds_exit_code_and_plan(void **s)
@@ -745,6 +796,8 @@ int main(void)
         cmocka_unit_test(test_reprocess__damaged_state_messages_never_crash),
         cmocka_unit_test(test_reprocess__exit_code_table),
         cmocka_unit_test(test_reprocess__summary_text_has_the_figures),
+        cmocka_unit_test(
+            test_reprocess__summary_never_says_slo_met_with_dead_tasks),
         cmocka_unit_test(test_reprocess__result_json_adds_exit_code_and_plan),
         cmocka_unit_test(test_reprocess__plain_progress_at_most_every_5s),
         cmocka_unit_test(test_reprocess__terminal_progress_redraws_in_place),

@@ -6,6 +6,8 @@
  * with interiors at 0. The right answer is known: one segment per box, so
  * on interior voxels the chunked result must score VI 0 against the boxes,
  * whatever the chunking, the schedule or where the walls fall on the seams.
+ * The mode decides the z faces: 2D never joins across them, SECTIONS and
+ * 3D do; the join's minimum size is min_size_nm3 at the resolution.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -44,7 +46,7 @@ static void boxes(const int64_t size[3], int64_t cell, int walls, float *b,
 static void params(cnx_segment_params *p)
 {
     cnx_segment_params_default(p);
-    p->min_size = 0;
+    p->min_size_nm3 = 0.0;
 }
 
 static cnx_seg_scores score(const uint64_t *seg, const uint64_t *gt, size_t n)
@@ -126,7 +128,7 @@ static void test_schedules_same_bytes(void **state)
     free(c);
 }
 
-/* With sections, nothing joins across z, even with no wall in z. */
+/* In 2D, nothing joins across z, even with no wall in z. */
 static void test_sections_never_join_z(void **state)
 {
     int64_t size[3] = {24, 24, 8}, chunk[3] = {24, 24, 4};
@@ -136,7 +138,7 @@ static void test_sections_never_join_z(void **state)
     cnx_segment_params p;
     (void)state;
     params(&p);
-    p.sections = 1;
+    p.mode = CNX_SEGMENT_MODE_2D;
     assert_int_equal(cnx_segjoin_chunked(b, size, chunk, 0, &p, NULL, seg), 0);
     for (int64_t z = 0; z < 8; z++)
         for (size_t i = 0; i < 24 * 24; i++)
@@ -144,6 +146,106 @@ static void test_sections_never_join_z(void **state)
                              cnx_segjoin_id(0, 0, z));
     free(b);
     free(seg);
+}
+
+/*
+ * SECTIONS segments each section alone but links them in its graph: the
+ * same volume is one segment, joined within each chunk and across the
+ * z face between the chunks (with a halo or without); so is 3D, and so is
+ * AUTO at 8 x 8 x 40 nm. 2D at that resolution still never joins.
+ */
+static void test_sections_mode_joins_z(void **state)
+{
+    int64_t size[3] = {24, 24, 8}, chunk[3] = {24, 24, 4};
+    size_t n = 24 * 24 * 8;
+    float *b = calloc(n, sizeof(*b));
+    uint64_t *seg = malloc(n * sizeof(*seg));
+    cnx_segment_params p;
+    (void)state;
+    for (int m = CNX_SEGMENT_MODE_AUTO; m <= CNX_SEGMENT_MODE_SECTIONS; m++)
+        for (int64_t halo = 0; halo <= 2; halo += 2) {
+            params(&p);
+            p.mode = (cnx_segment_mode)m;
+            p.resolution[2] = 40.0; /* AUTO: SECTIONS */
+            assert_int_equal(
+                cnx_segjoin_chunked(b, size, chunk, halo, &p, NULL, seg), 0);
+            for (size_t i = 0; i < n; i++)
+                assert_int_equal(seg[i], cnx_segjoin_id(0, 0, 0));
+        }
+    params(&p);
+    p.mode = CNX_SEGMENT_MODE_2D;
+    p.resolution[2] = 40.0;
+    assert_int_equal(cnx_segjoin_chunked(b, size, chunk, 2, &p, NULL, seg), 0);
+    for (int64_t z = 0; z < 8; z++)
+        assert_int_equal(seg[(size_t)z * 576 + 100], cnx_segjoin_id(0, 0, z));
+    /* A wall in z between the chunks keeps SECTIONS' halves apart. */
+    for (size_t i = 3 * 576; i < 4 * 576; i++)
+        b[i] = 1.0f;
+    params(&p);
+    p.mode = CNX_SEGMENT_MODE_SECTIONS;
+    assert_int_equal(cnx_segjoin_chunked(b, size, chunk, 0, &p, NULL, seg), 0);
+    assert_int_equal(seg[0], cnx_segjoin_id(0, 0, 0));
+    assert_true(seg[n - 1] != seg[0]);
+    free(b);
+    free(seg);
+}
+
+/*
+ * The join's cleanup counts min_size_nm3 in voxels of the resolution: two
+ * 512-voxel chunks behind a full membrane (value 1) on the left chunk's
+ * last layer do not join by the threshold; a minimum of 513 voxels of 8 nm
+ * joins them, 512 does not, and 513 x 512 nm^3 at 16 nm is 64 voxels.
+ */
+static void test_join_min_size_at_resolution(void **state)
+{
+    float *bl = calloc(512, sizeof(*bl)), *br = calloc(512, sizeof(*br));
+    cnx_box left = {{0, 0, 0}, {8, 8, 8}}, right = {{8, 0, 0}, {16, 8, 8}};
+    uint64_t la[512], lb[512];
+    static const struct {
+        double res, nm3;
+        size_t nsegs;
+    } cases[] = {
+        {8.0, 0.0, 2},
+        {8.0, 512.0 * 512.0, 2},
+        {8.0, 513.0 * 512.0, 1},
+        {16.0, 513.0 * 512.0, 2},
+        {16.0, 513.0 * 4096.0, 1},
+        {4.0, 513.0 * 64.0, 1},
+    };
+    (void)state;
+    assert_true(bl && br);
+    for (int z = 0; z < 8; z++)
+        for (int y = 0; y < 8; y++)
+            bl[7 + 8 * (y + 8 * z)] = 1.0f;
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        cnx_segment_params p;
+        cnx_segjoin_input in[2];
+        cnx_segjoin j;
+        uint8_t *fa, *fb;
+        size_t na, nb;
+        params(&p);
+        p.resolution[0] = p.resolution[1] = p.resolution[2] = cases[k].res;
+        p.min_size_nm3 = cases[k].nm3;
+        assert_int_equal(
+            cnx_segjoin_fragments(bl, &left, &left, &p, la, &fa, &na), 0);
+        assert_int_equal(
+            cnx_segjoin_fragments(br, &right, &right, &p, lb, &fb, &nb), 0);
+        for (int i = 0; i < 512; i++) {
+            assert_int_equal(la[i], cnx_segjoin_id(0, 0, 0));
+            assert_int_equal(lb[i], cnx_segjoin_id(8, 0, 0));
+        }
+        in[0] = (cnx_segjoin_input){fa, na, "left"};
+        in[1] = (cnx_segjoin_input){fb, nb, "right"};
+        assert_int_equal(cnx_segjoin_run(in, 2, &p, &j), 0);
+        if (j.nsegs != cases[k].nsegs)
+            fail_msg("%g nm^3 at %g nm: %zu segments, want %zu",
+                     cases[k].nm3, cases[k].res, j.nsegs, cases[k].nsegs);
+        cnx_segjoin_free(&j);
+        free(fa);
+        free(fb);
+    }
+    free(bl);
+    free(br);
 }
 
 /* Two chunks' records by hand: join, mappings, properties, relabel. */
@@ -233,6 +335,8 @@ int main(void)
         cmocka_unit_test(test_geometry_ids),
         cmocka_unit_test(test_schedules_same_bytes),
         cmocka_unit_test(test_sections_never_join_z),
+        cmocka_unit_test(test_sections_mode_joins_z),
+        cmocka_unit_test(test_join_min_size_at_resolution),
         cmocka_unit_test(test_join_records),
         cmocka_unit_test(test_corrupt_records),
     };

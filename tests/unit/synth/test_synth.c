@@ -2,7 +2,9 @@
  * Synthetic dataset kernel: determinism, the shape of the objects, the
  * appearance of each layer, synapse ground truth, montage tiles, parameter
  * checks, and the writer's write-once behaviour. One dataset of 96x80x48
- * is generated once for the read-only tests.
+ * is generated once for the read-only tests. The hard style and --chunk
+ * get their own small tests here; tests/py/synth_check.py measures the
+ * hard style's geometry and maps (tests/integration/synth.sh).
  */
 #include "cnx_test.h"
 
@@ -574,6 +576,139 @@ static void test_synth__run_is_write_once(void **state)
     cnx_test_rmtree(dir);
 }
 
+
+static void test_synth__style_and_chunk_are_checked(void **state)
+{
+    cnx_synth_params p;
+    cnx_synth_style style = CNX_SYNTH_STYLE_CLASSIC;
+    (void)state;
+    cnx_synth_params_init(&p);
+    assert_int_equal(p.style, CNX_SYNTH_STYLE_CLASSIC);
+    assert_int_equal(p.chunk[0], 128);
+    assert_int_equal(p.chunk[2], 128);
+    p.chunk[1] = 0;
+    assert_int_equal(cnx_synth_params_check(&p), CNX_EINVAL);
+    assert_non_null(strstr(cnx_error_last()->message, "chunk y"));
+    p.chunk[1] = CNX_SYNTH_MAX_CHUNK + 1;
+    assert_int_equal(cnx_synth_params_check(&p), CNX_EINVAL);
+    p.chunk[1] = CNX_SYNTH_MAX_CHUNK;
+    assert_int_equal(cnx_synth_params_check(&p), 0);
+    p.style = (cnx_synth_style)7;
+    assert_int_equal(cnx_synth_params_check(&p), CNX_EINVAL);
+    p.style = CNX_SYNTH_STYLE_HARD;
+    assert_int_equal(cnx_synth_params_check(&p), 0);
+    p.resolution[2] = 1.5; /* the hard style's geometry needs 2..200 nm */
+    assert_int_equal(cnx_synth_params_check(&p), CNX_EINVAL);
+    assert_non_null(strstr(cnx_error_last()->message, "resolution z"));
+    p.style = CNX_SYNTH_STYLE_CLASSIC;
+    assert_int_equal(cnx_synth_params_check(&p), 0);
+    assert_string_equal(cnx_synth_style_name(CNX_SYNTH_STYLE_HARD), "hard");
+    assert_null(cnx_synth_style_name((cnx_synth_style)2));
+    assert_int_equal(cnx_synth_style_parse("hard", &style), 0);
+    assert_int_equal(style, CNX_SYNTH_STYLE_HARD);
+    assert_int_equal(cnx_synth_style_parse("Hard", &style), CNX_EINVAL);
+    assert_int_equal(style, CNX_SYNTH_STYLE_HARD);
+}
+
+static void hard_params(cnx_synth_params *p, uint64_t seed)
+{
+    cnx_synth_params_init(p);
+    p->shape[0] = 64;
+    p->shape[1] = 56;
+    p->shape[2] = 24;
+    p->resolution[2] = 30.0;
+    p->style = CNX_SYNTH_STYLE_HARD;
+    p->seed = seed;
+}
+
+static void test_synth__hard_style_is_deterministic_and_labels_all(void **state)
+{
+    cnx_synth_params p;
+    cnx_synth *a = NULL, *b = NULL, *c = NULL;
+    const int64_t n = 64 * 56 * 24;
+    const uint64_t *gt;
+    int64_t i, zfaces = 0, xfaces = 0;
+    (void)state;
+    hard_params(&p, 3);
+    assert_int_equal(cnx_synth_generate(&a, &p), 0);
+    assert_int_equal(cnx_synth_generate(&b, &p), 0);
+    p.chunk[0] = 16; /* the volumes do not depend on the chunking */
+    assert_int_equal(cnx_synth_generate(&c, &p), 0);
+    assert_true(a->nobjects >= 5);
+    assert_int_equal(a->nobjects, b->nobjects);
+    assert_memory_equal(a->gt->data, b->gt->data, (size_t)n * 8);
+    assert_memory_equal(a->gt->data, c->gt->data, (size_t)n * 8);
+    assert_memory_equal(a->image->data, b->image->data, (size_t)n);
+    assert_memory_equal(a->boundary->data, c->boundary->data, (size_t)n);
+    assert_memory_equal(a->cleft->data, b->cleft->data, (size_t)n);
+    assert_memory_equal(a->psd->data, b->psd->data, (size_t)n);
+    assert_int_equal(a->nsynapses, b->nsynapses);
+    for (i = 0; i < (int64_t)a->nsynapses; i++) {
+        assert_int_equal(a->synapses[i].radius, 0);
+        assert_in_range(a->synapses[i].radius_nm, 32, 48);
+    }
+    gt = a->gt->data;
+    for (i = 0; i < n; i++)
+        assert_true(gt[i] >= 1 && gt[i] <= a->nobjects);
+    /* Geometry in nm: 30 nm sections cut objects about 30/8 times as often
+     * per voxel step as 8 nm pixels do (classic geometry: about as often). */
+    for (i = 0; i < n; i++) {
+        if (i % 64 != 63 && gt[i] != gt[i + 1])
+            xfaces++;
+        if (i + 64 * 56 < n && gt[i] != gt[i + 64 * 56])
+            zfaces++;
+    }
+    assert_true(zfaces * 10 > xfaces * 20);
+    cnx_synth_free(a);
+    cnx_synth_free(b);
+    cnx_synth_free(c);
+}
+
+static void test_synth__hard_tiny_volumes_still_work(void **state)
+{
+    static const int64_t shapes[][3] = {{1, 1, 1}, {3, 40, 2}, {17, 5, 9}};
+    size_t k;
+    (void)state;
+    for (k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
+        cnx_synth_params p;
+        cnx_synth *s = NULL;
+        const uint64_t *gt;
+        int64_t i, n = shapes[k][0] * shapes[k][1] * shapes[k][2];
+        hard_params(&p, 1);
+        memcpy(p.shape, shapes[k], sizeof(p.shape));
+        assert_int_equal(cnx_synth_generate(&s, &p), 0);
+        assert_true(s->nobjects >= 1);
+        gt = s->gt->data;
+        for (i = 0; i < n; i++)
+            assert_true(gt[i] >= 1 && gt[i] <= s->nobjects);
+        cnx_synth_free(s);
+    }
+}
+
+static void test_synth__run_writes_the_chunks_asked_for(void **state)
+{
+    cnx_synth_params p;
+    char dir[64];
+    (void)state;
+    cnx_test_tmpdir(dir);
+    cnx_synth_params_init(&p);
+    p.shape[0] = 40;
+    p.shape[1] = 36;
+    p.shape[2] = 6;
+    p.chunk[0] = 16;
+    p.chunk[1] = 36;
+    p.chunk[2] = 4;
+    assert_int_equal(cnx_synth_run(&p, dir, 1, NULL), 0);
+    assert_true(file_exists(dir, "gt/8_8_8/0-16_0-36_0-4"));
+    assert_true(file_exists(dir, "gt/8_8_8/32-40_0-36_4-6"));
+    assert_true(file_exists(dir, "psd/8_8_8/16-32_0-36_0-4"));
+    assert_false(file_exists(dir, "gt/8_8_8/0-40_0-36_0-6"));
+    /* Other chunks into the same directory: another dataset. */
+    p.chunk[0] = 8;
+    assert_int_equal(cnx_synth_run(&p, dir, 1, NULL), CNX_EIMMUTABLE);
+    cnx_test_rmtree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -594,6 +729,10 @@ int main(void)
         cmocka_unit_test(test_synth__bad_params_are_refused),
         cmocka_unit_test(test_synth__tiny_volumes_still_work),
         cmocka_unit_test(test_synth__run_is_write_once),
+        cmocka_unit_test(test_synth__style_and_chunk_are_checked),
+        cmocka_unit_test(test_synth__hard_style_is_deterministic_and_labels_all),
+        cmocka_unit_test(test_synth__hard_tiny_volumes_still_work),
+        cmocka_unit_test(test_synth__run_writes_the_chunks_asked_for),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

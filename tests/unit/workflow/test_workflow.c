@@ -17,6 +17,7 @@
 
 #include "cnx/error.h"
 #include "cnx/precomputed.h"
+#include "cnx/segment.h"
 #include "cnx/task.h"
 #include "cnx/workflow.h"
 
@@ -79,6 +80,7 @@ static void test_workflow__shipped_files_parse(void **state)
     assert_int_equal(wf->stages[0].ndeps, 0);
     assert_string_equal(wf->stages[1].output_layer, "pyramid/v1");
     assert_int_equal(wf->stages[1].halo, 0);
+    assert_int_equal(wf->stages[1].halo_pinned, 1);
     assert_int_equal(wf->stages[1].retry_budget, 3);
     assert_true(wf->stages[1].lease_s == 600.0);
     assert_string_equal(wf->stages[1].parameters, "{}");
@@ -113,7 +115,8 @@ static void test_workflow__defaults_apply(void **state)
     cnx_workflow *wf = parse_ok(WF("w", OK_STAGE("a")));
     const cnx_wf_stage *st = &wf->stages[0];
     (void)state;
-    assert_int_equal(st->halo, 2);
+    assert_int_equal(st->halo, -1); /* derived by the planner */
+    assert_int_equal(st->halo_pinned, 0);
     assert_int_equal(st->task_size[0], 128);
     assert_int_equal(st->task_size[2], 128);
     assert_int_equal(st->retry_budget, 3);
@@ -510,7 +513,7 @@ static int waits_for(const cnx_plan *p, size_t t, size_t s)
         return 0;
     if (st->kind == CNX_WF_REDUCE || !input)
         return 1;
-    r = reads(&p->tasks[t].roi, st->halo, &p->stages[d].in_scale);
+    r = reads(&p->tasks[t].roi, p->stages[d].halo, &p->stages[d].in_scale);
     return meets(&p->tasks[s].write, &r);
 }
 
@@ -539,7 +542,7 @@ static void check_dependencies(const cnx_plan *p)
         if (st->kind == CNX_WF_MAP) {
             for (size_t k = 0; k < st->ninputs; k++) {
                 int src = st->inputs[k].stage;
-                cnx_box r = reads(&task->roi, st->halo,
+                cnx_box r = reads(&task->roi, p->stages[task->stage].halo,
                                   &p->stages[task->stage].in_scale);
                 int64_t got = 0;
                 if (src < 0)
@@ -745,7 +748,7 @@ static void test_workflow__unaligned_roi_is_widened(void **state)
      * chunks 0-384 x 0-384 x 0-256; seg must cover 0-388 -> 0-512. */
     wf = parse_ok(WF("w",
                      STAGE(
-                         "seg", "segment",
+                         "seg", "watershed",
                          IN_LAYER("image") ",\"output\":{\"layer\":\"seg/"
                                            "v1\",\"type\":\"segmentation\","
                                            "\"data_type\":\"uint32\"},\"halo\":"
@@ -799,7 +802,7 @@ static const char
                                                                        "1]")),
             /* same-geometry stages: two inputs, a plain dependency, a reduce */
             WF(
-                "mixed", STAGE("seg", "segment", IN_LAYER("image") OUT("seg/v1") ",\"halo\":2,\"task_size\":[96,64,50]") "," STAGE(
+                "mixed", STAGE("seg", "watershed", IN_LAYER("image") OUT("seg/v1") ",\"halo\":2,\"task_size\":[96,64,50]") "," STAGE(
                              "agg", "agglomerate",
                              ",\"inputs\":{\"labels\":{\"stage\":\"seg\"},"
                              "\"image\":{\"layer\":\"image\"}}" OUT(
@@ -824,7 +827,7 @@ static const char
                                                                                    OUT("stats/v1") "}"
                                                                                                    "," STAGE(
                                                                                                        "mesh",
-                                                                                                       "mesh",
+                                                                                                       "surface",
                                                                                                        IN_STAGE(
                                                                                                            "agg")
                                                                                                            OUT("mesh/v1") ",\"halo\":1,\"depends_on\":[\"stats\"]")),
@@ -918,7 +921,7 @@ static void test_workflow__plan_time_refusals(void **state)
 
     /* a map stage whose inputs have different resolutions */
     wf = parse_ok(
-        WF("w", STAGE("seg", "segment",
+        WF("w", STAGE("seg", "watershed",
                       ",\"inputs\":{\"image\":{\"layer\":\"em\"},"
                       "\"mask\":{\"layer\":\"mask\"}}" OUT("seg/v1"))));
     ext[0] = ext_geom(CNX_DT_UINT8, size, 8, chunk, NULL);
@@ -1077,7 +1080,9 @@ static void check_task_message(const cnx_plan *p, size_t t)
     assert_string_equal(msg->stage, st->worker);
     assert_string_equal(msg->request, "req-1");
     assert_int_equal(msg->urgent, 1);
-    assert_int_equal(msg->halo, st->halo);
+    assert_int_equal(msg->halo, ps->halo);
+    if (st->halo_pinned)
+        assert_int_equal(ps->halo, st->halo);
     assert_int_equal(msg->kernel_version, st->kernel_version);
     assert_int_equal(msg->retry_budget, st->retry_budget);
     assert_string_equal(msg->parameters, st->parameters);
@@ -1088,7 +1093,7 @@ static void check_task_message(const cnx_plan *p, size_t t)
     for (size_t k = 0; k < st->ninputs; k++) {
         const cnx_task_input *in = cnx_task_input_get(msg, st->inputs[k].role);
         const cnx_scale *sc = &ps->inputs[k].scale;
-        cnx_box r = reads(&task->roi, st->halo, sc);
+        cnx_box r = reads(&task->roi, ps->halo, sc);
         size_t n = 0;
         assert_non_null(in);
         assert_string_equal(in->layer, ps->inputs[k].layer);
@@ -1633,6 +1638,289 @@ static void test_workflow__task_outputs_are_what_readers_read(void **state)
     cnx_workflow_free(wf);
 }
 
+/* ---- halos and worker checks --------------------------------------------- */
+
+/* The halo a task message of task t carries. */
+static int64_t task_halo(const cnx_plan *p, size_t t)
+{
+    struct lookups l = {0, 0};
+    cnx_task *msg = NULL;
+    char *json = NULL;
+    int64_t halo;
+    assert_int_equal(cnx_plan_task_json(p, t, "r", "2030-01-02T03:04:05Z", 0,
+                                        fake_lookup, &l, &json),
+                     0);
+    assert_int_equal(cnx_task_parse(&msg, json, strlen(json)), 0);
+    halo = msg->halo;
+    cnx_task_free(msg);
+    free(json);
+    return halo;
+}
+
+/* What the segment kernel says it needs, at resolution r (nm). */
+static int64_t kernel_halo(const char *params, double rx, double ry, double rz)
+{
+    cnx_segment_params sp;
+    cnx_segment_params_default(&sp);
+    assert_int_equal(cnx_segment_params_parse(&sp, params), 0);
+    sp.resolution[0] = rx;
+    sp.resolution[1] = ry;
+    sp.resolution[2] = rz;
+    return cnx_segment_halo(&sp);
+}
+
+/* The shipped segmentation workflow with one replacement in its text. */
+static cnx_workflow *segmentation_with(const char *from, const char *to)
+{
+    char path[512], *text, *at, *doc;
+    size_t len;
+    FILE *f;
+    cnx_workflow *wf;
+    snprintf(path, sizeof(path), "%s/workflows/segmentation.json",
+             source_dir());
+    f = fopen(path, "rb");
+    assert_non_null(f);
+    text = calloc(1, 1 << 16);
+    assert_non_null(text);
+    len = fread(text, 1, (1 << 16) - 1, f);
+    fclose(f);
+    assert_true(len > 0);
+    at = strstr(text, from);
+    if (at == NULL)
+        fail_msg("segmentation.json has no '%s'", from);
+    doc = calloc(1, len + strlen(to) + 1);
+    assert_non_null(doc);
+    memcpy(doc, text, (size_t)(at - text));
+    strcat(doc, to);
+    strcat(doc, at + strlen(from));
+    wf = parse_ok(doc);
+    free(doc);
+    free(text);
+    return wf;
+}
+
+/*
+ * A halo the workflow leaves out is derived once per plan from the
+ * worker (segment: cnx_segment_halo at the input scale's resolution;
+ * mesh 1; relabel, join and reduces 0; others 2) and is what the task
+ * messages carry; a halo the workflow gives is kept as is.
+ */
+static void test_workflow__halo_derived_unless_pinned(void **state)
+{
+    const int64_t size[3] = {256, 256, 256}, chunk[3] = {128, 128, 128};
+    cnx_plan_external ext = ext_geom(CNX_DT_UINT8, size, 8, chunk, NULL);
+    cnx_workflow *wf = load_file("workflows/segmentation.json");
+    cnx_plan *p;
+    int64_t want;
+    int frag, join, relabel, mesh, meshes;
+    (void)state;
+
+    frag = cnx_workflow_find_stage(wf, "fragments");
+    join = cnx_workflow_find_stage(wf, "join");
+    relabel = cnx_workflow_find_stage(wf, "relabel");
+    mesh = cnx_workflow_find_stage(wf, "mesh");
+    meshes = cnx_workflow_find_stage(wf, "meshes");
+    /* The shipped file pins no halo for fragments: derived. */
+    assert_int_equal(wf->stages[frag].halo_pinned, 0);
+    p = plan_with(wf, NULL, &ext, 1);
+    want = kernel_halo("{}", 8, 8, 8);
+    assert_true(want > 0);
+    assert_int_equal(p->stages[frag].halo, want);
+    for (size_t t = p->stages[frag].first;
+         t < p->stages[frag].first + p->stages[frag].count; t++)
+        assert_int_equal(task_halo(p, t), want);
+    assert_int_equal(p->stages[join].halo, 0);
+    assert_int_equal(p->stages[relabel].halo, 0);
+    assert_int_equal(p->stages[mesh].halo, 1);
+    assert_int_equal(p->stages[meshes].halo, 0);
+    assert_int_equal(task_halo(p, p->stages[mesh].first), 1);
+    check_dependencies(p);
+    cnx_plan_free(p);
+
+    /* It follows the input scale's resolution (anisotropic sections). */
+    ext = ext_geom(CNX_DT_UINT8, size, 8, chunk, NULL);
+    ext.scale.resolution[2] = 40;
+    p = plan_with(wf, NULL, &ext, 1);
+    assert_int_equal(p->stages[frag].halo, kernel_halo("{}", 8, 8, 40));
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+
+    /* ... and the parameters: a raw image needs the filter's footprint. */
+    wf = segmentation_with("\"parameters\": {},",
+                           "\"parameters\": {\"raw_input\": true},");
+    ext = ext_geom(CNX_DT_UINT8, size, 8, chunk, NULL);
+    p = plan_with(wf, NULL, &ext, 1);
+    assert_int_equal(p->stages[frag].halo,
+                     kernel_halo("{\"raw_input\": true}", 8, 8, 8));
+    assert_int_equal(task_halo(p, p->stages[frag].first), p->stages[frag].halo);
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+
+    /* A pinned halo is kept, whatever the kernel would derive. */
+    wf = segmentation_with("\"parameters\": {},",
+                           "\"parameters\": {}, \"halo\": 5,");
+    assert_int_equal(wf->stages[frag].halo_pinned, 1);
+    assert_int_equal(wf->stages[frag].halo, 5);
+    p = plan_with(wf, NULL, &ext, 1);
+    assert_int_equal(p->stages[frag].halo, 5);
+    assert_int_equal(task_halo(p, p->stages[frag].first), 5);
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+
+    /* Other workers: 2 for a map stage (as before), 0 for a reduce. */
+    wf = parse_ok(WF("w", OK_STAGE("a") ",{\"name\":\"b\",\"worker\":"
+                                        "\"stats\",\"kind\":\"reduce\","
+                                        "\"kernel_version\":1" IN_STAGE("a")
+                                            OUT("b/v1") "}"));
+    p = plan_with(wf, NULL, &ext, 1);
+    assert_int_equal(p->stages[0].halo, 2);
+    assert_int_equal(p->stages[1].halo, 0);
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+}
+
+/*
+ * Tasks of several chunks (task_size 256 on chunks of 128) write every
+ * chunk's own objects: the same names a one-chunk plan gives its tasks.
+ */
+static void test_workflow__multi_chunk_tasks_list_every_chunk(void **state)
+{
+    const int64_t size[3] = {256, 256, 256}, chunk[3] = {128, 128, 128};
+    static const char *const stages[] = {"fragments", "relabel", "mesh"};
+    cnx_plan_external ext = ext_geom(CNX_DT_UINT8, size, 8, chunk, NULL);
+    cnx_workflow *one = load_file("workflows/segmentation.json");
+    cnx_workflow *big = load_file("workflows/segmentation.json");
+    cnx_plan *p1, *p8;
+    (void)state;
+    for (size_t s = 0; s < big->nstages; s++)
+        for (int i = 0; i < 3; i++)
+            big->stages[s].task_size[i] = 256;
+    p1 = plan_with(one, NULL, &ext, 1);
+    p8 = plan_with(big, NULL, &ext, 1);
+    for (size_t k = 0; k < sizeof(stages) / sizeof(stages[0]); k++) {
+        int s = cnx_workflow_find_stage(big, stages[k]);
+        char **u8 = NULL;
+        size_t n8 = 0, n1 = 0;
+        assert_int_equal(p8->stages[s].count, 1);
+        assert_int_equal(p1->stages[s].count, 8);
+        assert_int_equal(p8->stages[s].halo, p1->stages[s].halo);
+        assert_int_equal(
+            cnx_plan_task_outputs(p8, p8->stages[s].first, &u8, &n8), 0);
+        for (size_t t = 0; t < 8; t++) {
+            char **u1 = NULL;
+            size_t m = 0;
+            assert_int_equal(
+                cnx_plan_task_outputs(p1, p1->stages[s].first + t, &u1, &m), 0);
+            for (size_t i = 0; i < m; i++) {
+                int found = 0;
+                for (size_t j = 0; j < n8; j++)
+                    found |= strcmp(u1[i], u8[j]) == 0;
+                if (!found)
+                    fail_msg("stage %s: %s not listed by the 8-chunk task",
+                             stages[k], u1[i]);
+                free(u1[i]);
+            }
+            n1 += m;
+            free(u1);
+        }
+        assert_int_equal(n8, n1);
+        for (size_t j = 0; j < n8; j++)
+            free(u8[j]);
+        free(u8);
+    }
+    check_dependencies(p8);
+    cnx_plan_free(p1);
+    cnx_plan_free(p8);
+    cnx_workflow_free(one);
+    cnx_workflow_free(big);
+}
+
+/* A stage a worker would refuse task by task is refused at plan time,
+ * with one line naming the workflow, the stage and the fix. */
+static const struct {
+    const char *from, *to; /* replacement in segmentation.json */
+    cnx_dtype dtype;       /* of the boundary layer */
+    const char *names;
+} worker_refusals[] = {
+    {"\"halo\": 1,", "\"halo\": 0,", CNX_DT_UINT8,
+     "workflow segmentation: stage mesh: halo 0: the mesh worker reads one "
+     "voxel beyond each chunk's high faces; set \"halo\" to at least 1"},
+    {"\"name\": \"fragments\"", "\"name\": \"fragments\"", CNX_DT_UINT64,
+     "workflow segmentation: stage fragments: input boundary is uint64 x1; "
+     "the segment worker needs one channel of uint8 or float32"},
+    {"\"parameters\": {},", "\"parameters\": {\"merge_threshold\": 2},",
+     CNX_DT_UINT8, "workflow segmentation: stage fragments: "},
+    {"\"inputs\": {\"boundary\": {\"layer\": \"boundary\"}}",
+     "\"inputs\": {\"image\": {\"layer\": \"boundary\"}}", CNX_DT_UINT8,
+     "workflow segmentation: stage fragments: the segment worker reads "
+     "input role \"boundary\"; name the input \"boundary\""},
+    {", \"type\": \"segmentation\", \"data_type\": \"uint64\", "
+     "\"encoding\": \"compressed_segmentation\"",
+     "", CNX_DT_UINT8,
+     "workflow segmentation: stage fragments: the segment worker writes a "
+     "uint64 segmentation; set \"output\""},
+    {"\"output\": {\"layer\": \"segmentation/v1\"},\n      "
+     "\"parameters\": {},",
+     "\"output\": {\"layer\": \"segmentation/v1\"}, \"parameters\": "
+     "{\"x\": 1},",
+     CNX_DT_UINT8,
+     "workflow segmentation: stage relabel: the segment-relabel worker "
+     "takes no parameters"},
+    {"\"mapping\": {\"stage\": \"join\", \"objects\": \"agglomeration\"}",
+     "\"mapping\": {\"stage\": \"join\"}", CNX_DT_UINT8,
+     "workflow segmentation: stage relabel: input mapping: the "
+     "segment-relabel worker reads a stage's side objects here"},
+    {"\"objects\": \"agglomeration\"", "\"objects\": \"maps\"", CNX_DT_UINT8,
+     "workflow segmentation: stage relabel: input mapping: the segment-join "
+     "worker (stage join) writes its per-chunk objects under "
+     "\"agglomeration\", not \"maps\"; set \"objects\": \"agglomeration\""},
+};
+
+static void test_workflow__worker_checks_refuse_at_plan_time(void **state)
+{
+    const int64_t size[3] = {256, 256, 256}, chunk[3] = {128, 128, 128};
+    const int64_t far[3] = {(int64_t)1 << 21, 0, 0};
+    const char *msg = cnx_error_last()->message;
+    cnx_plan_external ext;
+    cnx_workflow *wf;
+    cnx_plan *p = NULL;
+    (void)state;
+    for (size_t i = 0; i < sizeof(worker_refusals) / sizeof(*worker_refusals);
+         i++) {
+        wf = segmentation_with(worker_refusals[i].from, worker_refusals[i].to);
+        ext = ext_geom(worker_refusals[i].dtype, size, 8, chunk, NULL);
+        if (cnx_plan_new_with(&p, wf, "file:///d", NULL, &ext, 1) !=
+                CNX_ESCHEMA ||
+            strstr(msg, worker_refusals[i].names) == NULL)
+            fail_msg("case %zu: '%s', wanted '%s'", i, msg,
+                     worker_refusals[i].names);
+        assert_null(p);
+        assert_null(strchr(msg, '\n'));
+        cnx_workflow_free(wf);
+    }
+    /* Coordinates past 2^21 cannot be packed into fragment ids. */
+    wf = load_file("workflows/segmentation.json");
+    ext = ext_geom(CNX_DT_UINT8, size, 8, chunk, far);
+    assert_int_equal(cnx_plan_new_with(&p, wf, "file:///d", NULL, &ext, 1),
+                     CNX_ESCHEMA);
+    if (strstr(msg, "stage fragments: input scale '8_8_8' spans voxels") ==
+        NULL)
+        fail_msg("%s", msg);
+    cnx_workflow_free(wf);
+    /* montage: no halo, one section per task */
+    wf = parse_ok(
+        WF("w", STAGE("m", "montage",
+                      IN_LAYER("image") OUT("m/v1") ",\"halo\":2,"
+                                                    "\"task_size\":[1,1,1]")));
+    ext = ext_geom(CNX_DT_UINT8, size, 8, chunk, NULL);
+    assert_int_equal(cnx_plan_new_with(&p, wf, "file:///d", NULL, &ext, 1),
+                     CNX_ESCHEMA);
+    if (strstr(msg, "workflow w: stage m: halo 2: the montage worker reads "
+                    "no halo") == NULL)
+        fail_msg("%s", msg);
+    cnx_workflow_free(wf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1656,6 +1944,9 @@ int main(void)
         cmocka_unit_test(test_workflow__tileset_input_refusals),
         cmocka_unit_test(test_workflow__task_cap_refuses_before_cutting),
         cmocka_unit_test(test_workflow__task_outputs_are_what_readers_read),
+        cmocka_unit_test(test_workflow__halo_derived_unless_pinned),
+        cmocka_unit_test(test_workflow__multi_chunk_tasks_list_every_chunk),
+        cmocka_unit_test(test_workflow__worker_checks_refuse_at_plan_time),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
