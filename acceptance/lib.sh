@@ -51,6 +51,19 @@ make_key() { # -> KEY, PUB (the workers'), CKEY, CPUB (the controller's)
   CPUB=$WORK/ckeys/cnx.pub
 }
 
+start_controller() { # [controller args...] -> KEY, PUB, CKEY, CPUB, CTL_PID
+  # Fresh keys (make_key), a trust directory holding the workers' key, and
+  # cnx-controller on $BOOT (start_broker first) with its ledger in $WORK,
+  # logging to $WORK/controller.log; extra arguments go to the controller.
+  make_key
+  mkdir -p "$WORK/trust"
+  cp "$PUB" "$WORK/trust/workers.pem"
+  CNX_LOG=info "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/ledger.db" \
+    --trust "$WORK/trust" --key "$CKEY" --progress 0.5 "$@" >>"$WORK/controller.log" 2>&1 &
+  CTL_PID=$!
+  PIDS+=($CTL_PID)
+}
+
 sign_message() { # key file, topic, message key, body file -> base64 signature
   # docs/security.md: Ed25519 over the DSSE PAE of the body, under a type
   # naming the topic and the key; made here with the openssl CLI only.

@@ -33,12 +33,7 @@ SUPPORT=${CNX_SUPPORT:?}
 "$BIN/cnx-synth" --out "$DATA" --shape 256,256,256 --seed 7 --quiet
 "$BIN/cnx-ingest" --tiles "$DATA/tiles/tiles.json" --out "$DATA/tileset" -q >/dev/null
 start_broker 4
-make_key
-mkdir -p "$WORK/trust"
-cp "$PUB" "$WORK/trust/workers.pem"
-CNX_LOG=info "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/ledger.db" \
-  --trust "$WORK/trust" --key "$CKEY" --progress 0.5 >>"$WORK/controller.log" 2>&1 &
-PIDS+=($!)
+start_controller
 
 start_pool() { # montage, fragment and synapse workers, tag
   for i in $(seq "$1"); do start_stage_worker cnx-montage montage "montage-$2-$i"; done

@@ -46,7 +46,7 @@ ROOT = os.path.dirname(HERE)
 # Our parameters for raw ISBI sections (tuning: docs/segment.md).
 # ISBI 2012 is 4 x 4 x 50 nm and scored per section: mode "2d".
 RESOLUTION = "4,4,50"
-OURS = {"raw_input": True, "mode": "2d", "filter_sigma_nm": 6,
+OURS = {"raw_input": True, "mode": "2d", "filter_sigma_nm": 7,
         "filter_ridge": 0.3, "filter_background_nm": 100,
         "seed_threshold": 0.8, "seed_distance_nm": 8,
         "merge_threshold": 0.65, "min_size_nm3": 160000}

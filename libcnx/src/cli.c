@@ -7,6 +7,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,4 +106,15 @@ int cnx_cli_doubles(const char *text, double lo, double hi, double *out,
             return -1;
     }
     return 0;
+}
+
+int cnx_cli_usage_error(const char *prog, int code, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s: %s (see --help)\n", prog, line);
+    return code;
 }

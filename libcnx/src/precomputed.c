@@ -52,15 +52,20 @@ void cnx_info_init(cnx_layer_info *info, cnx_layer_type type, cnx_dtype dtype,
     s->encoding = type == CNX_LAYER_SEGMENTATION ? CNX_ENC_CSEG : CNX_ENC_RAW;
 }
 
-cnx_grid cnx_info_grid(const cnx_layer_info *info, int s)
+cnx_grid cnx_scale_grid(const cnx_scale *scale)
 {
     cnx_grid grid;
     for (int i = 0; i < 3; i++) {
-        grid.offset[i] = info->scales[s].voxel_offset[i];
-        grid.size[i] = info->scales[s].size[i];
-        grid.chunk[i] = info->scales[s].chunk[i];
+        grid.offset[i] = scale->voxel_offset[i];
+        grid.size[i] = scale->size[i];
+        grid.chunk[i] = scale->chunk[i];
     }
     return grid;
+}
+
+cnx_grid cnx_info_grid(const cnx_layer_info *info, int s)
+{
+    return cnx_scale_grid(&info->scales[s]);
 }
 
 static int copy_key(char *dst, const json_t *value, const char *what)

@@ -4,7 +4,8 @@
  * cnx_synth_run puts synth.json (the parameters) first, so a directory that
  * holds a dataset made with other parameters fails at once with
  * CNX_EIMMUTABLE, before any work; then it generates the volumes, writes
- * the five precomputed layers chunk by chunk, gt-synapses.json, every tile
+ * the five precomputed layers chunk by chunk (chunks of params.chunk, the
+ * only thing that depends on it), gt-synapses.json, every tile
  * PNG, tiles/truth.json and last tiles/tiles.json (a reader that finds the
  * tile set finds all its tiles). Every object goes through cnx_store_put,
  * so writes are atomic and write-once and a re-run is a no-op. Documents
@@ -30,7 +31,6 @@
 #include "cnx/synth.h"
 #include "json_int.h"
 
-#define SYNTH_CHUNK 128
 #define TILE_THREADS_MAX 8
 
 typedef struct writer {
@@ -101,18 +101,52 @@ static json_t *nmvec3(const int64_t v[3], const double res[3])
                      nm((double)v[1] * res[1]), nm((double)v[2] * res[2]));
 }
 
+static int default_chunk(const cnx_synth_params *p)
+{
+    return p->chunk[0] == CNX_SYNTH_DEFAULT_CHUNK &&
+           p->chunk[1] == CNX_SYNTH_DEFAULT_CHUNK &&
+           p->chunk[2] == CNX_SYNTH_DEFAULT_CHUNK;
+}
+
+/*
+ * synth.json. The classic style with the default chunks writes exactly the
+ * document it always wrote; "style" and "chunk" appear only when they are
+ * not the defaults, so that a directory made with other settings is
+ * refused at once. The hard style leaves out the parameters it ignores.
+ */
 static json_t *params_json(const cnx_synth_params *p)
 {
-    return json_pack(
-        "{s:s, s:i, s:I, s:o, s:o, s:{s:[ii], s:i, s:i, s:i, s:i, s:i, "
-        "s:i, s:i}}",
-        "format", "cnx.synth/1", "version", CNX_SYNTH_VERSION, "seed",
-        (json_int_t)p->seed, "shape", ivec3(p->shape), "resolution",
-        res3(p->resolution), "params", "radius", p->radius_min, p->radius_max,
-        "fill_percent", p->fill_percent, "synapse_spacing", p->synapse_spacing,
-        "synapses_per_mvx", p->synapses_per_mvx, "tile_side", p->tile_side,
-        "tile_overlap_percent", p->tile_overlap_percent, "tile_jitter",
-        p->tile_jitter, "tile_nominal_error", p->tile_nominal_error);
+    json_t *doc, *params;
+    if (p->style == CNX_SYNTH_STYLE_HARD)
+        params = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "synapse_spacing",
+                           p->synapse_spacing, "synapses_per_mvx",
+                           p->synapses_per_mvx, "tile_side", p->tile_side,
+                           "tile_overlap_percent", p->tile_overlap_percent,
+                           "tile_jitter", p->tile_jitter, "tile_nominal_error",
+                           p->tile_nominal_error);
+    else
+        params = json_pack(
+            "{s:[ii], s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "radius",
+            p->radius_min, p->radius_max, "fill_percent", p->fill_percent,
+            "synapse_spacing", p->synapse_spacing, "synapses_per_mvx",
+            p->synapses_per_mvx, "tile_side", p->tile_side,
+            "tile_overlap_percent", p->tile_overlap_percent, "tile_jitter",
+            p->tile_jitter, "tile_nominal_error", p->tile_nominal_error);
+    doc = json_pack("{s:s, s:i, s:I, s:o, s:o, s:o}", "format", "cnx.synth/1",
+                    "version", CNX_SYNTH_VERSION, "seed", (json_int_t)p->seed,
+                    "shape", ivec3(p->shape), "resolution", res3(p->resolution),
+                    "params", params);
+    if (doc == NULL)
+        return NULL;
+    if ((p->style != CNX_SYNTH_STYLE_CLASSIC &&
+         json_object_set_new(
+             doc, "style", json_string(cnx_synth_style_name(p->style))) != 0) ||
+        (!default_chunk(p) &&
+         json_object_set_new(doc, "chunk", ivec3(p->chunk)) != 0)) {
+        json_decref(doc);
+        return NULL;
+    }
+    return doc;
 }
 
 static json_t *synapses_json(const cnx_synth *synth)
@@ -125,6 +159,9 @@ static json_t *synapses_json(const cnx_synth *synth)
         return NULL;
     for (k = 0; k < synth->nsynapses; k++) {
         const cnx_synth_synapse *s = &synth->synapses[k];
+        /* The classic style gives the cleft radius in voxels, the hard
+         * style in nm. */
+        const int hard = synth->params.style == CNX_SYNTH_STYLE_HARD;
         json_t *item = json_pack(
             "{s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:i}", "id",
             (json_int_t)s->id, "site", ivec3(s->site), "site_nm",
@@ -132,7 +169,8 @@ static json_t *synapses_json(const cnx_synth *synth)
             nmvec3(s->pre_site, res), "post_site", ivec3(s->post_site),
             "post_site_nm", nmvec3(s->post_site, res), "pre_id",
             (json_int_t)s->pre_id, "post_id", (json_int_t)s->post_id, "size",
-            (json_int_t)s->size, "radius", s->radius);
+            (json_int_t)s->size, hard ? "radius_nm" : "radius",
+            hard ? s->radius_nm : s->radius);
         if (item == NULL || json_array_append_new(list, item) != 0) {
             json_decref(list);
             return NULL;
@@ -145,7 +183,7 @@ static json_t *synapses_json(const cnx_synth *synth)
 static int write_layer(writer *w, const char *name, cnx_layer_type type,
                        const cnx_volume *vol, const cnx_synth_params *p)
 {
-    const int64_t chunk[3] = {SYNTH_CHUNK, SYNTH_CHUNK, SYNTH_CHUNK};
+    const int64_t *chunk = p->chunk;
     cnx_layer_info info;
     cnx_layer *layer = NULL;
     cnx_grid grid;
@@ -451,7 +489,7 @@ int cnx_synth_run(const cnx_synth_params *p, const char *dir_url, int quiet,
         goto done;
 
     for (i = 0; i < 3; i++)
-        chunks *= (p->shape[i] + SYNTH_CHUNK - 1) / SYNTH_CHUNK;
+        chunks *= (p->shape[i] + p->chunk[i] - 1) / p->chunk[i];
     /* Units: one per chunk written, one per section of tiles, and for
      * generation, which takes about as long as the writing, as many. */
     gctx.w = &w;

@@ -26,16 +26,6 @@ void cnx_tune_data_dispose(cnx_tune_data *d)
     memset(d, 0, sizeof(*d));
 }
 
-static cnx_box scale_bounds(const cnx_scale *sc)
-{
-    cnx_box b;
-    for (int i = 0; i < 3; i++) {
-        b.min[i] = sc->voxel_offset[i];
-        b.max[i] = sc->voxel_offset[i] + sc->size[i];
-    }
-    return b;
-}
-
 static int same_resolution(const cnx_scale *a, const cnx_scale *b)
 {
     return a->resolution[0] == b->resolution[0] &&
@@ -96,7 +86,8 @@ static int gt_scale(const cnx_layer_info *info, const cnx_tune_source *src,
 static int choose_box(cnx_tune_data *d, const cnx_tune_source *src,
                       const cnx_scale *in, const cnx_scale *gt)
 {
-    cnx_box bi = scale_bounds(in), bg = scale_bounds(gt);
+    cnx_grid gi = cnx_scale_grid(in), gg = cnx_scale_grid(gt);
+    cnx_box bi = cnx_grid_bounds(&gi), bg = cnx_grid_bounds(&gg);
     cnx_box common = cnx_box_intersect(&bi, &bg);
     if (cnx_box_empty(&common))
         return cnx_error_set(CNX_EINVAL, 0,

@@ -16,11 +16,13 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cnx/error.h"
 #include "cnx/json.h"
@@ -771,6 +773,63 @@ int cnx_workflow_parse(cnx_workflow **out, const char *json, size_t len)
     }
     *out = wf;
     return 0;
+}
+
+/* Directory of the running executable, or "" if unknown. */
+static void exe_dir(char *buf, size_t n)
+{
+    ssize_t len = readlink("/proc/self/exe", buf, n - 1);
+    char *slash;
+    if (len <= 0) {
+        buf[0] = '\0';
+        return;
+    }
+    buf[len] = '\0';
+    slash = strrchr(buf, '/');
+    if (slash != NULL)
+        *slash = '\0';
+}
+
+static int path_fits(int len, size_t n, const char *name)
+{
+    if (len < 0 || (size_t)len >= n)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "workflow %s: the path is too long", name);
+    return 0;
+}
+
+int cnx_workflow_path(const char *name, const char *dir, char *out, size_t n)
+{
+    size_t len = strlen(name);
+    const char *env = getenv("CNX_WORKFLOWS");
+    char bin[PATH_MAX], fallback[PATH_MAX + 32];
+    const char *candidates[2];
+    size_t k = 0;
+
+    assert(out != NULL && n > 0);
+    if (strchr(name, '/') != NULL ||
+        (len > 5 && strcmp(name + len - 5, ".json") == 0))
+        return path_fits(snprintf(out, n, "%s", name), n, name);
+    if (dir != NULL) {
+        candidates[k++] = dir;
+    } else if (env != NULL && env[0] != '\0') {
+        candidates[k++] = env;
+    } else {
+        exe_dir(bin, sizeof(bin));
+        if (bin[0] != '\0') {
+            snprintf(fallback, sizeof(fallback), "%s/../../workflows", bin);
+            candidates[k++] = fallback;
+        }
+        candidates[k++] = "/usr/share/cnx/workflows";
+    }
+    for (size_t i = 0; i < k; i++) {
+        int w = snprintf(out, n, "%s/%s.json", candidates[i], name);
+        if (w >= 0 && (size_t)w < n && access(out, R_OK) == 0)
+            return 0;
+    }
+    /* Not found: the first place looked, for the caller's error. */
+    return path_fits(snprintf(out, n, "%s/%s.json", candidates[0], name), n,
+                     name);
 }
 
 int cnx_workflow_load(cnx_workflow **out, const char *path)

@@ -67,23 +67,8 @@ static int nomem(void)
 
 static cnx_box scale_bounds(const cnx_scale *sc)
 {
-    cnx_box b;
-    for (int i = 0; i < 3; i++) {
-        b.min[i] = sc->voxel_offset[i];
-        b.max[i] = sc->voxel_offset[i] + sc->size[i];
-    }
-    return b;
-}
-
-static cnx_grid scale_grid(const cnx_scale *sc)
-{
-    cnx_grid g;
-    for (int i = 0; i < 3; i++) {
-        g.offset[i] = sc->voxel_offset[i];
-        g.size[i] = sc->size[i];
-        g.chunk[i] = sc->chunk[i];
-    }
-    return g;
+    cnx_grid g = cnx_scale_grid(sc);
+    return cnx_grid_bounds(&g);
 }
 
 /*
@@ -1305,7 +1290,7 @@ static size_t count_boxes(const cnx_grid *grid, const cnx_box *region,
 static size_t stage_count(cnx_plan *p, size_t s)
 {
     cnx_plan_stage *ps = &p->stages[s];
-    cnx_grid grid = scale_grid(&ps->in_scale);
+    cnx_grid grid = cnx_scale_grid(&ps->in_scale);
     set_task_size(p, s);
     if (p->wf->stages[s].kind == CNX_WF_REDUCE)
         return 1;
@@ -1351,7 +1336,7 @@ static int cut(cnx_plan *p)
     }
     for (size_t s = 0; s < wf->nstages; s++) {
         cnx_plan_stage *ps = &p->stages[s];
-        cnx_grid grid = scale_grid(&ps->in_scale);
+        cnx_grid grid = cnx_scale_grid(&ps->in_scale);
         set_task_size(p, s);
         if (wf->stages[s].kind == CNX_WF_REDUCE) {
             boxes[s] = malloc(sizeof(cnx_box));
@@ -1746,7 +1731,7 @@ static int task_inputs(const cnx_plan *p, size_t t, cnx_plan_lookup_fn lookup,
     info.nscales = 1;
     for (size_t k = 0; k < ps->ninputs; k++) {
         const cnx_plan_input *in = &ps->inputs[k];
-        cnx_grid grid = scale_grid(&in->scale);
+        cnx_grid grid = cnx_scale_grid(&in->scale);
         cnx_box q = map_box(&r, &ps->in_scale, &in->scale);
         int64_t lo[3], hi[3], g[3], n = 1;
         json_t *objects = json_object(), *entry;
@@ -1912,7 +1897,7 @@ int cnx_plan_task_outputs(const cnx_plan *p, size_t t, char ***urls, size_t *n)
     }
     if (ndirs == 0)
         return 0;
-    grid = scale_grid(&ps->out_scale);
+    grid = cnx_scale_grid(&ps->out_scale);
     cnx_grid_chunk_range(&grid, &task->write, lo, hi);
     for (int i = 0; i < 3; i++) {
         if (hi[i] <= lo[i])

@@ -27,12 +27,7 @@ json.dump(wf, open(sys.argv[2], "w"), indent=1)
 PY
 
 start_broker 2
-make_key
-mkdir -p "$WORK/trust"
-cp "$PUB" "$WORK/trust/workers.pem"
-CNX_LOG=info "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/ledger.db" \
-  --trust "$WORK/trust" --key "$CKEY" --progress 0.5 >>"$WORK/controller.log" 2>&1 &
-PIDS+=($!)
+start_controller
 start_worker ds-1
 
 run() { # request id, extra args -> RC, $WORK/<id>.out, .err

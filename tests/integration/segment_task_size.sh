@@ -119,12 +119,7 @@ check "plan: 2x2x2-chunk tasks: one task per map stage, the same halo" \
 
 # ---- the stack -----------------------------------------------------------
 start_broker 2
-make_key
-mkdir -p "$WORK/trust"
-cp "$PUB" "$WORK/trust/workers.pem"
-CNX_LOG=info "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/ledger.db" \
-  --trust "$WORK/trust" --key "$CKEY" --progress 0.5 >>"$WORK/controller.log" 2>&1 &
-PIDS+=($!)
+start_controller
 start_stage_worker cnx-segment segment seg
 start_stage_worker cnx-segment segment-join join
 start_stage_worker cnx-segment segment-relabel relabel

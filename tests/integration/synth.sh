@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # cnx-synth end to end: the same seed writes the same bytes into two
-# directories (sha256 of every file), another seed differs, a re-run is a
-# no-op, a directory holding another dataset is refused and left unchanged,
-# bad arguments exit 2 with one line, and tests/py/synth_check.py reads the
-# result with numpy/scikit-image and checks it against docs/synth.md.
+# directories (sha256 of every file), another seed differs, the classic
+# style still writes the bytes it wrote before the hard style existed (a
+# digest recorded here), a re-run is a no-op, a directory holding another
+# dataset is refused and left unchanged, bad arguments exit 2 with one line,
+# --chunk changes the chunking and nothing else, and tests/py/synth_check.py
+# reads the results with numpy/scipy/scikit-image and checks them against
+# docs/synth.md: the classic datasets, and hard-style ones at 8x8x30 nm
+# (radii in nm, gaps, false membranes, sections) and 8x8x8 nm (the same
+# physical statistics).
 set -euo pipefail
 
 BIN=${CNX_BIN:?CNX_BIN must name the directory of the built tools}
@@ -39,6 +44,20 @@ diff -q "$tmp/a.sha" "$tmp/b.sha" >/dev/null ||
 ! diff -q "$tmp/a.sha" "$tmp/c.sha" >/dev/null || fail "different seeds, same bytes"
 [ -z "$(find "$tmp/a" -name '.tmp.*')" ] || fail "temporary files left behind"
 echo "determinism: $(wc -l <"$tmp/a.sha") files identical for seed 5, seed 6 differs"
+
+# The classic style's bytes may not change within CNX_SYNTH_VERSION 1: the
+# digest of the sorted sha256 list of every file but the tile PNGs (whose
+# bytes also depend on zlib's deflate), recorded with the tool as it was
+# before the hard style and --chunk existed.
+classic_digest=124344c80bb4f81091a14cc17c9933aeb34ac52de5c996f2a86966c6df83d0f5
+got=$(grep -v '\.png$' "$tmp/a.sha" | sha256sum | cut -d' ' -f1)
+[ "$got" = "$classic_digest" ] || fail "classic bytes changed: $got, want $classic_digest"
+"$SYNTH" --out "$tmp/a2" --shape "$shape" --seed 5 --style classic --chunk 128,128,128 \
+    --quiet >/dev/null
+digests "$tmp/a2" | diff -q - "$tmp/a.sha" >/dev/null ||
+    fail "--style classic --chunk 128,128,128 differs from the defaults"
+rm -rf "$tmp/a2"
+echo "classic: bytes as recorded, explicit defaults identical"
 
 # Re-running into the same directory is a no-op success.
 "$SYNTH" --out "$tmp/a" --shape "$shape" --seed 5 --quiet >/dev/null ||
@@ -85,11 +104,60 @@ usage_fails --out "$tmp/u" --shape 8,8,8 --resolution 4,0,40
 usage_fails --out "$tmp/u" --shape 8,8,8 --resolution 4,nan,40
 usage_fails --out "$tmp/u" --shape 8,8,8 --frobnicate
 usage_fails --out "$tmp/u" --shape 8,8,8 --shape 8,8,8
+usage_fails --out "$tmp/u" --shape 8,8,8 --style fancy
+usage_fails --out "$tmp/u" --shape 8,8,8 --style
+usage_fails --out "$tmp/u" --shape 8,8,8 --style hard --resolution 1,8,8
+usage_fails --out "$tmp/u" --shape 8,8,8 --style hard --resolution 8,8,201
+usage_fails --out "$tmp/u" --shape 8,8,8 --chunk 0,64,64
+usage_fails --out "$tmp/u" --shape 8,8,8 --chunk 64,4097,64
+usage_fails --out "$tmp/u" --shape 8,8,8 --chunk 64,64
+usage_fails --out "$tmp/u" --shape 8,8,8 --chunk 64,64,x
+usage_fails --out "$tmp/u" --shape 8,8,8 --chunk 64,64,-1
 [ ! -e "$tmp/u" ] || fail "a usage error created the output directory"
-"$SYNTH" --help | grep -q "usage: cnx-synth" || fail "--help"
+"$SYNTH" --help >"$tmp/help"
+for want in "usage: cnx-synth" "--style S" "classic (default)" "hard:" \
+    "--chunk X,Y,Z" "1..4096" "(default 128,128,128)" "2..200 nm"; do
+    grep -qF -- "$want" "$tmp/help" || fail "--help lacks '$want'"
+done
 echo "usage errors: exit 2 with one line each"
 
 # A second, anisotropic dataset for the nm coordinates.
 "$SYNTH" --out "$tmp/d" --shape 128,96,40 --seed 3 --resolution 4,4,40 --quiet >/dev/null
 
-"$PY" "$SRC/tests/py/synth_check.py" "$tmp/a" "$tmp/d"
+# --chunk: odd sizes (not multiples of the 8^3 compressed_segmentation
+# blocks), the same voxels; into a directory with other chunks: refused.
+"$SYNTH" --out "$tmp/ac" --shape "$shape" --seed 5 --chunk 100,50,30 --quiet >/dev/null
+n=$(find "$tmp/ac/gt" -type f | wc -l)
+[ "$n" -eq $((1 + 2 * 3 * 3)) ] || fail "--chunk 100,50,30: $n gt files, want 19"
+set +e
+"$SYNTH" --out "$tmp/ac" --shape "$shape" --seed 5 --quiet >/dev/null 2>"$tmp/err"
+rc=$?
+set -e
+[ "$rc" -eq 1 ] && grep -q "different" "$tmp/err" ||
+    fail "default chunks into a --chunk directory: exit $rc, $(cat "$tmp/err")"
+
+# The hard style at 8x8x30 nm: deterministic, --chunk changes only the
+# chunking; at 8x8x8 nm over the same physical box for --same-physics.
+hard=(--shape 128,128,64 --resolution 8,8,30 --style hard --seed 7 --quiet)
+"$SYNTH" --out "$tmp/h" "${hard[@]}" >"$tmp/h.out"
+"$SYNTH" --out "$tmp/h2" "${hard[@]}" >/dev/null
+"$SYNTH" --out "$tmp/hc" "${hard[@]}" --chunk 64,64,32 >/dev/null
+"$SYNTH" --out "$tmp/hi" --shape 128,128,240 --resolution 8,8,8 --style hard --seed 7 \
+    --quiet >/dev/null
+grep -q "objects, .* synapses, 64 tiles" "$tmp/h.out" || fail "hard summary: $(cat "$tmp/h.out")"
+digests "$tmp/h" >"$tmp/h.sha"
+digests "$tmp/h2" | diff -q - "$tmp/h.sha" >/dev/null || fail "hard style: same seed, different bytes"
+grep -q '"style":"hard"' "$tmp/h/synth.json" || fail "hard synth.json: $(cat "$tmp/h/synth.json")"
+grep -q '"chunk":\[64,64,32\]' "$tmp/hc/synth.json" || fail "chunk synth.json: $(cat "$tmp/hc/synth.json")"
+n=$(find "$tmp/hc/boundary" -type f | wc -l)
+[ "$n" -eq 9 ] || fail "--chunk 64,64,32: $n boundary files, want 9"
+# Tiles and synapses do not depend on the chunking either.
+(cd "$tmp/h" && find tiles gt-synapses.json -type f | LC_ALL=C sort | xargs sha256sum) >"$tmp/ht.sha"
+(cd "$tmp/hc" && find tiles gt-synapses.json -type f | LC_ALL=C sort | xargs sha256sum) |
+    diff -q - "$tmp/ht.sha" >/dev/null || fail "--chunk changed tiles or synapses"
+echo "hard style: deterministic, $(wc -l <"$tmp/h.sha") files; --chunk changes the chunks only"
+
+"$PY" "$SRC/tests/py/synth_check.py" "$tmp/a" "$tmp/d" "$tmp/h" "$tmp/hi"
+"$PY" "$SRC/tests/py/synth_check.py" --same-voxels "$tmp/a" "$tmp/ac"
+"$PY" "$SRC/tests/py/synth_check.py" --same-voxels "$tmp/h" "$tmp/hc"
+"$PY" "$SRC/tests/py/synth_check.py" --same-physics "$tmp/h" "$tmp/hi"

@@ -19,12 +19,7 @@ source "$(dirname "$0")/../../acceptance/lib.sh"
 
 "$BIN/cnx-synth" --out "$WORK/data" --shape 256,128,128 --quiet
 start_broker 2
-make_key
-mkdir -p "$WORK/trust"
-cp "$PUB" "$WORK/trust/workers.pem"
-CNX_LOG=info "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/ledger.db" \
-  --trust "$WORK/trust" --key "$CKEY" --progress 0.5 >>"$WORK/controller.log" 2>&1 &
-PIDS+=($!)
+start_controller
 q() { sqlite3 -readonly "$WORK/ledger.db" "$1" 2>/dev/null || true; }
 
 CNX_FAULT_EXIT_BEFORE_COMMIT=1 start_worker w1

@@ -73,19 +73,8 @@ static void usage(FILE *out)
         "again; 5 deadline missed).\n");
 }
 
-static int fail_usage(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-
-static int fail_usage(const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, PROG ": %s (see --help)\n", line);
-    return CNX_REPROCESS_USAGE;
-}
+#define fail_usage(...) \
+    cnx_cli_usage_error(PROG, CNX_REPROCESS_USAGE, __VA_ARGS__)
 
 static void submitter(char *out, size_t n)
 {

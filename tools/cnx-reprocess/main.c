@@ -98,73 +98,9 @@ static void usage(FILE *out)
         "  Where several of 3, 4 and 5 apply, the lowest wins.\n");
 }
 
-static int fail_usage(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-
 /* One line on stderr; exit status 2. */
-static int fail_usage(const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, PROG ": %s (see --help)\n", line);
-    return CNX_REPROCESS_USAGE;
-}
-
-/* Directory of the running executable, or "" if unknown. */
-static void exe_dir(char *buf, size_t n)
-{
-    ssize_t len = readlink("/proc/self/exe", buf, n - 1);
-    char *slash;
-    if (len <= 0) {
-        buf[0] = '\0';
-        return;
-    }
-    buf[len] = '\0';
-    slash = strrchr(buf, '/');
-    if (slash != NULL)
-        *slash = '\0';
-}
-
-/* Resolve --workflow NAME to a file path. */
-static int workflow_path(const char *name, const char *dir, char *out,
-                         size_t n)
-{
-    size_t len = strlen(name);
-    char bin[PATH_MAX];
-    const char *candidates[3];
-    char fallback[PATH_MAX + 32];
-    size_t k = 0;
-
-    if (strchr(name, '/') != NULL ||
-        (len > 5 && strcmp(name + len - 5, ".json") == 0)) {
-        snprintf(out, n, "%s", name);
-        return 0;
-    }
-    if (dir != NULL) {
-        candidates[k++] = dir;
-    } else if (getenv("CNX_WORKFLOWS") != NULL &&
-               getenv("CNX_WORKFLOWS")[0] != '\0') {
-        candidates[k++] = getenv("CNX_WORKFLOWS");
-    } else {
-        exe_dir(bin, sizeof(bin));
-        if (bin[0] != '\0') {
-            snprintf(fallback, sizeof(fallback), "%s/../../workflows", bin);
-            candidates[k++] = fallback;
-        }
-        candidates[k++] = "/usr/share/cnx/workflows";
-    }
-    for (size_t i = 0; i < k; i++) {
-        snprintf(out, n, "%s/%s.json", candidates[i], name);
-        if (access(out, R_OK) == 0)
-            return 0;
-    }
-    /* Not found: report the first place looked. */
-    snprintf(out, n, "%s/%s.json", candidates[0], name);
-    return 0;
-}
+#define fail_usage(...) \
+    cnx_cli_usage_error(PROG, CNX_REPROCESS_USAGE, __VA_ARGS__)
 
 static void submitter(char *out, size_t n)
 {
@@ -288,7 +224,8 @@ int main(int argc, char **argv)
     }
     if (cnx_reprocess_dataset_url(dataset, &dataset_url) != 0)
         goto usage_error;
-    workflow_path(workflow, workflows, wf_path, sizeof(wf_path));
+    if (cnx_workflow_path(workflow, workflows, wf_path, sizeof(wf_path)) != 0)
+        goto usage_error;
     if (cnx_workflow_load(&wf, wf_path) != 0) {
         const char *msg = cnx_error_last()->message;
         if (strstr(msg, wf_path) != NULL)

@@ -22,7 +22,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: cnx-synth --out DIR --shape X,Y,Z [--seed N]\n"
-            "                 [--resolution X,Y,Z] [--quiet]\n"
+            "                 [--resolution X,Y,Z] [--style classic|hard]\n"
+            "                 [--chunk X,Y,Z] [--quiet]\n"
             "\n"
             "Write a synthetic EM dataset with ground truth under DIR: the\n"
             "precomputed layers gt (uint64 segmentation), image, boundary,\n"
@@ -34,12 +35,25 @@ static void usage(FILE *out)
             "                       already hold this same dataset\n"
             "  --shape X,Y,Z        volume size in voxels, 1..%d each\n"
             "  --seed N             0..2^63-1 (default 1)\n"
-            "  --resolution X,Y,Z   nm per voxel (default 8,8,8)\n"
+            "  --resolution X,Y,Z   nm per voxel, positive (default 8,8,8);\n"
+            "                       the hard style's geometry is in nm and\n"
+            "                       needs %g..%g nm on each axis\n"
+            "  --style S            classic (default): neurites of 3..10\n"
+            "                       voxels, isotropic in voxels, clean maps;\n"
+            "                       hard: neurites of 24..224 nm and irregular\n"
+            "                       cells sampled with the resolution, and a\n"
+            "                       boundary map with blur, noise, gaps, false\n"
+            "                       membranes and per-section variation\n"
+            "                       (fixed strengths, docs/synth.md)\n"
+            "  --chunk X,Y,Z        chunk size of every layer, 1..%d each\n"
+            "                       (default %d,%d,%d); voxels do not change\n"
             "  --quiet              no progress bar\n"
             "  --help               this text\n"
             "\n"
             "Exit status: 0 done, 1 failed, 2 bad arguments.\n",
-            CNX_SYNTH_MAX_SIDE);
+            CNX_SYNTH_MAX_SIDE, CNX_SYNTH_HARD_RES_MIN, CNX_SYNTH_HARD_RES_MAX,
+            CNX_SYNTH_MAX_CHUNK, CNX_SYNTH_DEFAULT_CHUNK,
+            CNX_SYNTH_DEFAULT_CHUNK, CNX_SYNTH_DEFAULT_CHUNK);
 }
 
 static int bad_usage(const char *fmt, const char *arg)
@@ -68,8 +82,8 @@ static int parse_int(const char *text, size_t len, int64_t lo, int64_t hi,
     return 0;
 }
 
-/* "X,Y,Z": three positive integers up to CNX_SYNTH_MAX_SIDE. */
-static int parse_shape(const char *text, int64_t out[3])
+/* "X,Y,Z": three integers in 1..max. */
+static int parse_triple(const char *text, int64_t max, int64_t out[3])
 {
     const char *p = text;
     int i;
@@ -78,7 +92,7 @@ static int parse_shape(const char *text, int64_t out[3])
         size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
         if ((i < 2) != (end != NULL))
             return -1;
-        if (parse_int(p, len, 1, CNX_SYNTH_MAX_SIDE, &out[i]) != 0)
+        if (parse_int(p, len, 1, max, &out[i]) != 0)
             return -1;
         p += len + 1;
     }
@@ -125,9 +139,11 @@ static int parse_seed(const char *text, uint64_t *out)
 
 int main(int argc, char **argv)
 {
-    static const char *const valued[] = {"--out", "--shape", "--seed",
-                                         "--resolution"};
-    const char *values[4] = {NULL, NULL, NULL, NULL};
+    static const char *const valued[] = {"--out",   "--shape",
+                                         "--seed",  "--resolution",
+                                         "--style", "--chunk"};
+    enum { NVALUED = sizeof(valued) / sizeof(valued[0]) };
+    const char *values[NVALUED] = {NULL};
     cnx_synth_params params;
     cnx_synth_summary sum;
     int quiet = 0, i, k, rc;
@@ -143,7 +159,7 @@ int main(int argc, char **argv)
             quiet = 1;
             continue;
         }
-        for (k = 0; k < 4 && !matched; k++) {
+        for (k = 0; k < NVALUED && !matched; k++) {
             const char *value = NULL;
             int m = cnx_cli_option(argc, argv, &i, valued[k], &value);
             if (m < 0)
@@ -162,7 +178,7 @@ int main(int argc, char **argv)
         return bad_usage("%s", "--out DIR is required");
     if (values[1] == NULL)
         return bad_usage("%s", "--shape X,Y,Z is required");
-    if (parse_shape(values[1], params.shape) != 0)
+    if (parse_triple(values[1], CNX_SYNTH_MAX_SIDE, params.shape) != 0)
         return bad_usage("--shape '%.100s' is not three integers 1..4096 "
                          "joined by commas",
                          values[1]);
@@ -174,6 +190,14 @@ int main(int argc, char **argv)
         return bad_usage("--resolution '%.100s' is not three positive "
                          "numbers joined by commas",
                          values[3]);
+    if (values[4] != NULL &&
+        cnx_synth_style_parse(values[4], &params.style) != 0)
+        return bad_usage("--style '%.100s' is not classic or hard", values[4]);
+    if (values[5] != NULL &&
+        parse_triple(values[5], CNX_SYNTH_MAX_CHUNK, params.chunk) != 0)
+        return bad_usage("--chunk '%.100s' is not three integers 1..4096 "
+                         "joined by commas",
+                         values[5]);
     if (cnx_synth_params_check(&params) != 0)
         return bad_usage("%s", cnx_error_last()->message);
 

@@ -74,19 +74,7 @@ static void usage(FILE *out)
         CNX_TUNE_MAX_BUDGET);
 }
 
-static int fail_usage(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-
-static int fail_usage(const char *fmt, ...)
-{
-    char line[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, PROG ": %s (see --help)\n", line);
-    return EXIT_USAGE;
-}
+#define fail_usage(...) cnx_cli_usage_error(PROG, EXIT_USAGE, __VA_ARGS__)
 
 /* The last error's message, with its code's exit status: bad input is a
  * usage error, the rest (storage, memory) a failure. */
@@ -98,56 +86,6 @@ static int fail_last(void)
                    e->code == CNX_ETOOBIG
                ? EXIT_USAGE
                : EXIT_FAILED;
-}
-
-/* Directory of the running executable, or "" if unknown. */
-static void exe_dir(char *buf, size_t n)
-{
-    ssize_t len = readlink("/proc/self/exe", buf, n - 1);
-    char *slash;
-    if (len <= 0) {
-        buf[0] = '\0';
-        return;
-    }
-    buf[len] = '\0';
-    slash = strrchr(buf, '/');
-    if (slash != NULL)
-        *slash = '\0';
-}
-
-/* --workflow NAME to a path, as cnx-reprocess resolves it. */
-static void workflow_path(const char *name, const char *dir, char *out,
-                          size_t n)
-{
-    size_t len = strlen(name);
-    const char *env = getenv("CNX_WORKFLOWS");
-    char bin[PATH_MAX], fallback[PATH_MAX + 32];
-    const char *candidates[2];
-    size_t k = 0;
-
-    if (strchr(name, '/') != NULL ||
-        (len > 5 && strcmp(name + len - 5, ".json") == 0)) {
-        snprintf(out, n, "%s", name);
-        return;
-    }
-    if (dir != NULL) {
-        candidates[k++] = dir;
-    } else if (env != NULL && env[0] != '\0') {
-        candidates[k++] = env;
-    } else {
-        exe_dir(bin, sizeof(bin));
-        if (bin[0] != '\0') {
-            snprintf(fallback, sizeof(fallback), "%s/../../workflows", bin);
-            candidates[k++] = fallback;
-        }
-        candidates[k++] = "/usr/share/cnx/workflows";
-    }
-    for (size_t i = 0; i < k; i++) {
-        snprintf(out, n, "%s/%s.json", candidates[i], name);
-        if (access(out, R_OK) == 0)
-            return;
-    }
-    snprintf(out, n, "%s/%s.json", candidates[0], name);
 }
 
 static int read_file(const char *path, char **out, size_t *len)
@@ -387,7 +325,8 @@ int main(int argc, char **argv)
     src.input_url = input_url.canonical;
 
     /* The base workflow and its segment stage's parameters. */
-    workflow_path(workflow, workflows, wf_path, sizeof(wf_path));
+    if (cnx_workflow_path(workflow, workflows, wf_path, sizeof(wf_path)) != 0)
+        return fail_last();
     if (read_file(wf_path, &base_text, &base_len) != 0) {
         code = fail_usage("workflow %s: cannot read it", wf_path);
         goto done;

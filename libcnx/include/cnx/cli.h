@@ -39,6 +39,16 @@ int cnx_cli_ints_in(const char *text, int64_t lo, int64_t hi, int64_t *out,
 int cnx_cli_doubles(const char *text, double lo, double hi, double *out,
                     size_t n);
 
+/**
+ * A usage error, as every tool reports one: "<prog>: <message> (see
+ * --help)" on stderr, one line (the message cut at 1 KiB).
+ * @param prog  the executable's name
+ * @param code  returned as it is: the tool's exit status for bad usage
+ * @return code
+ */
+int cnx_cli_usage_error(const char *prog, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #ifdef __cplusplus
 }
 #endif

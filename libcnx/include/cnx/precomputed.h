@@ -81,6 +81,9 @@ int cnx_info_parse(cnx_layer_info *info, const char *json, size_t len);
  */
 int cnx_info_to_json(const cnx_layer_info *info, char **out);
 
+/** @return the chunk grid of a scale (its bounds: cnx_grid_bounds). */
+cnx_grid cnx_scale_grid(const cnx_scale *scale);
+
 /** @return the chunk grid of scale s. */
 cnx_grid cnx_info_grid(const cnx_layer_info *info, int s);
 

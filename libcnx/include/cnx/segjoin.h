@@ -17,9 +17,11 @@
  *     two fragments gets the mean of cnx_segment_pair_value over its
  *     positions (integer sums, compared as the kernel compares its edges:
  *     cnx_segment_edge_value against cnx_segment_merge_level), and every
- *     edge below the merge threshold is joined by union-find; with
- *     "sections" no edge crosses a z face. A segment's id is the least fragment id in it,
- *     so nothing depends on the order of chunks or edges. The join writes
+ *     edge below the merge threshold with at least CNX_SEGJOIN_MIN_CONTACT
+ *     face pairs is joined by union-find; in mode
+ *     2D (cnx_segment_mode_of) no edge crosses a z face. A segment's id
+ *     is the least fragment id in it, so nothing depends on the order of
+ *     chunks or edges. The join writes
  *     one mapping per chunk (fragment -> segment for the chunk's fragments)
  *     and the segment properties (voxel count per segment).
  *  3. relabel (map, one task per chunk): fragment ids -> segment ids.
@@ -39,6 +41,17 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/**
+ * The join's contact-area term: a seam edge of fewer face pairs than this
+ * never joins its fragments (the cleanup may still fold a small segment
+ * across it). A seam shows only a cross-section of two segments' contact,
+ * and a membrane that crosses it obliquely can leave one or two pairs of
+ * interior-looking voxels between different segments; on ISBI 2012 in
+ * 128 x 128 chunks such edges merged 52 pairs of segments the whole-volume
+ * run keeps apart (docs/segment.md).
+ */
+#define CNX_SEGJOIN_MIN_CONTACT 5
 
 /** Coordinates must be in [0, 2^21) per axis to pack into an id. */
 #define CNX_SEGJOIN_COORD_MAX ((int64_t)1 << 21)
@@ -88,7 +101,8 @@ typedef struct cnx_segjoin {
 
 /**
  * Join the fragments of chunks across their shared faces.
- * @param p  merge_threshold and sections are used
+ * @param p  merge_threshold, the mode (2D: no edge across z) and
+ *           min_size_nm3 at p->resolution (the cleanup) are used
  * @param[out] out  free with cnx_segjoin_free()
  * @return 0; CNX_ECORRUPT naming the input for a malformed record;
  *         CNX_EINVAL for overlapping chunks or a fragment in two chunks;

@@ -4,37 +4,45 @@
  * mean boundary value along each edge (waterz / ABISS style), small-
  * fragment cleanup. Buffers in, buffers out, no I/O, single-threaded.
  *
- * The pipeline, all on the boundary quantised to 8 bits
- * (q = cnx_segment_quantize(b), 0 = interior .. 255 = membrane):
+ * Lengths are in nm (parameters *_nm) and become voxels per axis through
+ * the resolution the caller sets from the layer. The pipeline, all on the
+ * boundary quantised to 8 bits (q = cnx_segment_quantize(b), 0 = interior
+ * .. 255 = membrane), in 3D, or per z section for seeds and watershed
+ * (modes SECTIONS and 2D; see cnx_segment_mode):
  *
  *   1. seeds: "distance" (default) - the voxels with q below
- *      seed_threshold are interior; a chamfer distance transform (3-4-5;
- *      3-4 per section) measures each one's distance to the nearest
- *      boundary voxel (the volume's faces are not boundaries; distances
- *      saturate at 85 voxels, farther is one plateau); the seeds
+ *      seed_threshold are interior; a chamfer distance transform (3-4-5
+ *      in voxel steps; 3-4 per section) measures each one's distance to
+ *      the nearest boundary voxel (the volume's faces are not boundaries;
+ *      distances saturate at 85 voxels, farther is one plateau); the seeds
  *      are the connected components of the voxels whose distance is
- *      positive and the largest within seed_min_distance voxels (a cube,
- *      like scikit-image's peak_local_max). "minima": the components of
- *      the voxels whose q is below seed_threshold and the smallest within
- *      seed_min_distance. A volume (or, with sections, a section) left
- *      without a seed is seeded at its first voxel of lowest q.
+ *      positive and the largest within seed_distance_nm (a box of that
+ *      half side per axis, like scikit-image's peak_local_max). "minima":
+ *      the components of the voxels whose q is below seed_threshold and
+ *      the smallest within the same box. A volume (or, per section, a
+ *      section) left without a seed is seeded at its first voxel of
+ *      lowest q.
  *   2. watershed: a priority flood from the seeds over face neighbours
- *      (6 in 3D, 4 in-plane with sections), lowest q first through a
+ *      (6 in 3D, 4 in-plane per section), lowest q first through a
  *      256-bucket FIFO queue; a voxel takes the label of the voxel that
  *      reached it first. Every voxel is labelled.
  *   3. graph: every face-adjacent voxel pair (a, b) with different basins
- *      adds cnx_segment_pair_value(q_a, q_b) to the sum and 1 to the count
- *      of the edge between the two basins. An edge's value is its mean,
- *      kept as the integer floor(65536 * sum / count).
+ *      (across sections too, except in 2D mode) adds
+ *      cnx_segment_pair_value(q_a, q_b) to the sum and 1 to the count of
+ *      the edge between the two basins. An edge's value is its mean, kept
+ *      as the integer floor(65536 * sum / count): the sum carries the
+ *      contact area, so a merged region's edge is the mean over all its
+ *      contacts.
  *   4. agglomeration: the edge of lowest value is merged while its value
  *      is below merge_threshold * 255 * 65536 (rounded); edges to a common
  *      neighbour are combined (sums and counts added). Ties go to the
  *      lower (smaller id, larger id) pair; a merged region keeps the
- *      smaller id.
- *   5. cleanup: while a region has fewer than min_size voxels (the
- *      smallest first, ties to the lower id), it is merged along its edge
- *      of lowest value (ties: the lower neighbour id). A region with no
- *      neighbour stays.
+ *      smaller id. SECTIONS mode runs it twice: within sections first
+ *      (edges across sections wait), then over every edge.
+ *   5. cleanup (the size term): while a region is smaller than
+ *      min_size_nm3 (cnx_segment_min_voxels; the smallest first, ties to
+ *      the lower id), it is merged along its edge of lowest value (ties:
+ *      the lower neighbour id). A region with no neighbour stays.
  *   6. numbering: labels 1..n in raster order (x fastest, then y, z) of
  *      each segment's first voxel.
  *
@@ -91,7 +99,7 @@ typedef enum cnx_segment_mode {
 } cnx_segment_mode;
 
 /** The anisotropy (z over xy) from which AUTO picks SECTIONS. */
-#define CNX_SEGMENT_ANISOTROPY 2.0
+#define CNX_SEGMENT_ANISOTROPY 12.0
 
 /**
  * Parameters; fill with cnx_segment_params_default, then adjust. Ranges
@@ -117,17 +125,18 @@ typedef struct cnx_segment_params {
     double filter_background_nm;
     /* Seeds are extrema within this distance, nm (a box of that half
      * side per axis, in voxels rounded; 0 per axis below half a voxel):
-     * 0 .. 10^4 (16). */
+     * 0 .. 10^4 (32). */
     double seed_distance_nm;
     /* Boundary level below which a voxel may hold a seed: 0 .. 1 (0.5). */
     double seed_threshold;
     /* Distance maxima or boundary minima (CNX_SEGMENT_SEEDS_DISTANCE). */
     cnx_segment_seeds seed_method;
     /* Merge neighbours while the mean boundary along their shared edge is
-     * below this: 0 .. 1 (0.5). */
+     * below this: 0 .. 1 (0.55). */
     double merge_threshold;
     /* Segments smaller than this volume, nm^3, join the neighbour they
-     * share the lowest edge with: 0 .. 10^15 (32768, 64 voxels of 8 nm). */
+     * share the lowest edge with: 0 .. 10^15 (10^6, about 1950 voxels of
+     * 8 nm, 520 of 8 x 8 x 30 nm). */
     double min_size_nm3;
 } cnx_segment_params;
 
@@ -184,11 +193,12 @@ int64_t cnx_segment_min_voxels(const cnx_segment_params *p);
  * Turn a uint8 volume into a float boundary map in [0, 1].
  *
  * raw_input 0: b = v / 255. raw_input 1: the membrane filter (see
- * docs/segment.md and segment_filter.c): per section when p->sections,
- * else in 3D; intensities stretched by their 1st and 99th percentiles;
- * darkness = the image inverted, smoothed at filter_sigma, minus its
- * shading (a blur at filter_background); ridge = the largest Hessian
- * eigenvalue at 2 filter_sigma (dark thin lines); each term stretched to
+ * docs/segment.md and segment_filter.c): per section in the modes
+ * SECTIONS and 2D, else in 3D; intensities stretched by their 1st and
+ * 99th percentiles; darkness = the image inverted, smoothed at
+ * filter_sigma_nm (per axis in voxels), minus its shading (a blur at
+ * filter_background_nm); ridge = the largest Hessian eigenvalue (in voxel
+ * steps) at 2 filter_sigma_nm (dark thin lines); each term stretched to
  * [0, 1] by its percentiles, b = (1 - filter_ridge) * darkness +
  * filter_ridge * ridge.
  *

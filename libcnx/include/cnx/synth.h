@@ -5,6 +5,9 @@
  * a dense uint64 segmentation of branching, touching neurite-like objects
  * (gt), an EM-like uint8 image, a uint8 boundary probability map, uint8
  * synaptic cleft and post-synaptic density maps, and the list of synapses.
+ * Two styles: "classic" (geometry in voxels, a clean boundary map) and
+ * "hard" (geometry in nm, sampled with the resolution, packed irregular
+ * cells, and a boundary map with the failures of a real network).
  * cnx_synth_tiles cuts one z section of the image into an overlapping
  * montage tile set with known true positions. Both are pure: parameters in,
  * buffers out, no I/O. cnx_synth_run (libcnx/src/synth_io.c) writes a whole
@@ -36,6 +39,39 @@ extern "C" {
 /** Largest number of voxels accepted in total (2^31). */
 #define CNX_SYNTH_MAX_VOXELS ((int64_t)1 << 31)
 
+/** Largest chunk extent of the written layers on any axis, voxels. */
+#define CNX_SYNTH_MAX_CHUNK 4096
+
+/** Chunk extent of the written layers on every axis by default, voxels. */
+#define CNX_SYNTH_DEFAULT_CHUNK 128
+
+/** Resolution range the hard style accepts on every axis, nm. */
+#define CNX_SYNTH_HARD_RES_MIN 2.0
+#define CNX_SYNTH_HARD_RES_MAX 200.0
+
+/** What kind of dataset cnx_synth_generate makes (docs/synth.md). */
+typedef enum cnx_synth_style {
+    /* Neurites of 3..10 voxels grown to fill the volume, isotropic in
+     * voxels whatever the resolution, a clean boundary map. Its bytes
+     * never change within a CNX_SYNTH_VERSION. */
+    CNX_SYNTH_STYLE_CLASSIC = 0,
+    /* Geometry in nm, sampled with the resolution: neurites of varying
+     * radius (24..224 nm), irregular cells packed around them, and a
+     * boundary map with blur, noise, gaps, false membranes and per-section
+     * variation. radius_min, radius_max and fill_percent do not apply;
+     * synapse_spacing and synapses_per_mvx count 8 nm reference voxels. */
+    CNX_SYNTH_STYLE_HARD = 1,
+} cnx_synth_style;
+
+/** @return "classic" or "hard" (NULL for an unknown style). */
+const char *cnx_synth_style_name(cnx_synth_style style);
+
+/**
+ * Parse a style name as cnx_synth_style_name writes it.
+ * @return 0; CNX_EINVAL for any other text (out unchanged).
+ */
+int cnx_synth_style_parse(const char *name, cnx_synth_style *out);
+
 /**
  * Progress callback: done of total units of generation work (total is the
  * same on every call, done never decreases). Called from the generating
@@ -47,7 +83,13 @@ typedef void (*cnx_synth_progress_fn)(void *ctx, int64_t done, int64_t total);
 typedef struct cnx_synth_params {
     int64_t shape[3];         /* volume extent, voxels (x, y, z) */
     uint64_t seed;            /* 0 .. 2^63 - 1 */
-    double resolution[3];     /* nm per voxel, for nm coordinates and info */
+    double resolution[3];     /* nm per voxel: nm coordinates, info, and
+                                 (hard style) the geometry */
+    cnx_synth_style style;    /* (CNX_SYNTH_STYLE_CLASSIC) */
+    int64_t chunk[3];         /* chunk extent of every written layer,
+                                 1..CNX_SYNTH_MAX_CHUNK per axis (128 each);
+                                 cnx_synth_run only, the volumes do not
+                                 depend on it */
     int radius_min;           /* neurite radius range, voxels (3) */
     int radius_max;           /* (10) */
     int fill_percent;         /* painted skeleton volume to reach, % (30) */
@@ -61,13 +103,17 @@ typedef struct cnx_synth_params {
     void *progress_ctx;
 } cnx_synth_params;
 
-/** Fill p with the defaults above, shape 256^3, seed 1, resolution 8 nm. */
+/** Fill p with the defaults above, shape 256^3, seed 1, resolution 8 nm,
+ *  classic style, 128^3 chunks: today's dataset. */
 void cnx_synth_params_init(cnx_synth_params *p);
 
 /**
  * Check parameters.
  * @return 0; CNX_EINVAL for a non-positive extent or resolution, a seed
- *         over 2^63 - 1, or inconsistent radii, spacing or tile settings;
+ *         over 2^63 - 1, an unknown style, a hard-style resolution outside
+ *         CNX_SYNTH_HARD_RES_MIN..MAX, a chunk extent outside
+ *         1..CNX_SYNTH_MAX_CHUNK, or inconsistent radii, spacing or tile
+ *         settings;
  *         CNX_ERANGE for an extent over CNX_SYNTH_MAX_SIDE; CNX_ETOOBIG for
  *         more than CNX_SYNTH_MAX_VOXELS voxels. The message names the
  *         field.
@@ -78,17 +124,22 @@ int cnx_synth_params_check(const cnx_synth_params *p);
  * One synapse: a cleft between a pre- and a post-synaptic object. The cleft
  * is the set of voxels of pre_id or post_id that have a 6-neighbour of the
  * other, within radius of site; the PSD is the voxels of post_id within 3
- * voxels of the cleft.
+ * voxels of the cleft. In the hard style distances are in nm (voxel
+ * offsets times the resolution): the cleft lies within radius_nm of site
+ * and the PSD within 24 nm of the cleft.
  */
 typedef struct cnx_synth_synapse {
     uint64_t id;          /* 1..n, in (z, y, x) order of site */
     int64_t site[3];      /* cleft voxel nearest the cleft's centroid */
-    int64_t pre_site[3];  /* voxel inside pre_id, 3-5 voxels from the cleft */
-    int64_t post_site[3]; /* voxel inside post_id, 3-5 voxels from it */
+    int64_t pre_site[3];  /* voxel inside pre_id, 3-5 voxels (hard: 24-40
+                             nm) from the cleft */
+    int64_t post_site[3]; /* voxel inside post_id, as far from it */
     uint64_t pre_id;
     uint64_t post_id;
-    int64_t size; /* cleft voxels */
-    int radius;   /* cleft disk radius around site, voxels (4-6) */
+    int64_t size;  /* cleft voxels */
+    int radius;    /* classic: cleft disk radius around site, voxels (4-6);
+                      hard: 0 */
+    int radius_nm; /* hard: cleft disk radius, nm (32-48); classic: 0 */
 } cnx_synth_synapse;
 
 /**
@@ -108,8 +159,8 @@ typedef struct cnx_synth {
 } cnx_synth;
 
 /**
- * Generate a dataset. Single-threaded; memory peaks at about 16 bytes per
- * voxel.
+ * Generate a dataset of p->style (p->chunk is not used). Single-threaded;
+ * memory peaks at about 16 bytes per voxel (hard style: 17).
  * @param[out] out  caller frees with cnx_synth_free()
  * @return 0; as cnx_synth_params_check; CNX_ENOMEM.
  */
@@ -170,8 +221,8 @@ typedef struct cnx_synth_summary {
 
 /**
  * Generate a dataset and write it under dir_url (a store URL or a plain
- * path): synth.json, the layers gt, image, boundary, cleft and psd,
- * gt-synapses.json and tiles/ (see docs/synth.md). Every object is put
+ * path): synth.json, the layers gt, image, boundary, cleft and psd in
+ * chunks of p->chunk, gt-synapses.json and tiles/ (see docs/synth.md). Every object is put
  * write-once, so re-running with the same parameters is a no-op and a
  * directory holding a different dataset fails without being changed.
  * @param quiet  1: no progress bar

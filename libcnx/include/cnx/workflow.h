@@ -105,6 +105,25 @@ int cnx_workflow_parse(cnx_workflow **out, const char *json, size_t len);
  */
 int cnx_workflow_load(cnx_workflow **out, const char *path);
 
+/**
+ * The file a tool's "--workflow NAME [--workflows DIR]" names, the one rule
+ * every tool follows: a NAME with a '/' or ending in ".json" is a path,
+ * taken as it is; otherwise <dir>/NAME.json, where dir is the first of
+ * these that holds a readable NAME.json: DIR if given, else
+ * $CNX_WORKFLOWS if set and not empty, else <bin>/../../workflows (bin:
+ * the running executable's directory) then /usr/share/cnx/workflows. If
+ * none holds it, the first candidate's path, so that the caller's error
+ * names the first place looked.
+ *
+ * @param name  the workflow name or path
+ * @param dir   the --workflows directory, or NULL for the defaults
+ * @param[out] out  the path, n bytes at most (PATH_MAX + 64 is enough)
+ * @return 0; CNX_EINVAL (fatal) if the path does not fit in n bytes (out
+ *         then holds it truncated).
+ * Thread-safety: reads the environment; safe where nothing sets it.
+ */
+int cnx_workflow_path(const char *name, const char *dir, char *out, size_t n);
+
 /** Free a workflow. Accepts NULL. */
 void cnx_workflow_free(cnx_workflow *wf);
 

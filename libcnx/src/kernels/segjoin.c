@@ -11,6 +11,7 @@
 #include "cnx/error.h"
 #include "cnx/segjoin.h"
 #include "json_int.h"
+#include "segment_int.h"
 
 #define FACE_MAGIC "CNXFACE1"
 #define MAP_MAGIC "CNXMAP01"
@@ -480,16 +481,6 @@ static size_t find(size_t *parent, size_t x)
     return x;
 }
 
-static void unite(size_t *parent, size_t x, size_t y)
-{
-    x = find(parent, x);
-    y = find(parent, y);
-    if (x < y)
-        parent[y] = x;
-    else if (y < x)
-        parent[x] = y;
-}
-
 static int cmp_u64(const void *x, const void *y)
 {
     uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
@@ -622,17 +613,15 @@ static int join_edges(face_rec *recs, size_t n, int sections, edges *es)
 /* A cross-face edge between fragment indices x and y, with its value. */
 typedef struct ref_edge {
     size_t x, y;
-    uint64_t value;
 } ref_edge;
 
-/* Resolve edge ids to fragment indices and values. */
+/* Resolve edge ids to fragment indices. */
 static int resolve_edges(const edges *es, const uint64_t *all, size_t nall,
                          ref_edge *re)
 {
     for (size_t i = 0; i < es->n; i++) {
         re[i].x = index_of(all, nall, es->e[i].a);
         re[i].y = index_of(all, nall, es->e[i].b);
-        re[i].value = cnx_segment_edge_value(es->e[i].sum, es->e[i].n);
         if (re[i].x == (size_t)-1 || re[i].y == (size_t)-1)
             return cnx_error_set(CNX_ECORRUPT, 0,
                                  "segjoin: a face names fragment %" PRIu64
@@ -643,86 +632,50 @@ static int resolve_edges(const edges *es, const uint64_t *all, size_t nall,
     return 0;
 }
 
-typedef struct small_seg {
-    uint64_t size;
-    size_t root;
-} small_seg;
-
-static int cmp_small(const void *x, const void *y)
-{
-    const small_seg *a = x, *b = y;
-    if (a->size != b->size)
-        return a->size < b->size ? -1 : 1;
-    return a->root < b->root ? -1 : a->root > b->root;
-}
-
 /*
- * The kernel's cleanup across seams: while a segment has fewer than
- * min_size voxels (the smallest first, ties to the lower id), it joins the
- * segment across a face with which it shares the lowest edge (ties: the
- * lower id). Slivers that a chunk's crop cut off meet the same fate they
- * would within one chunk. Each pass finds every segment's best neighbour
- * once, then joins the small ones in order; passes repeat until nothing
- * changes.
+ * The join's agglomeration: the kernel's own (steps 4 and 5 of
+ * cnx/segment.h, seg__agglomerate_graph) on the graph whose nodes are the
+ * chunks' fragments and whose edges are the seam edges: the lowest edge
+ * merges first while below the level, a merged segment's edges to a
+ * common neighbour add their sums and counts (the mean over the whole
+ * seam contact), then segments under min_size join their lowest
+ * neighbour. An edge seen over fewer than CNX_SEGJOIN_MIN_CONTACT face
+ * pairs counts the missing pairs as membrane (255): a seam shows only a
+ * cross-section of a contact, and one or two interior-looking pairs where
+ * a membrane crosses it obliquely must not join two segments.
  */
-static int cleanup_small(size_t *parent, const uint64_t *sizes, size_t nall,
-                         const ref_edge *re, size_t ne, uint64_t min_size,
-                         size_t *nmerged)
+static int agglomerate_seams(const edges *es, const ref_edge *re,
+                             const uint64_t *sizes, size_t nall,
+                             uint64_t level, uint64_t min_size,
+                             size_t *parent, size_t *nmerged)
 {
-    uint64_t *acc = calloc(nall ? nall : 1, sizeof(*acc));
-    small_seg *small = malloc((nall ? nall : 1) * sizeof(*small));
-    size_t *best = malloc((nall ? nall : 1) * sizeof(*best));
-    uint64_t *bval = malloc((nall ? nall : 1) * sizeof(*bval));
-    int changed = 1;
-    if (acc == NULL || small == NULL || best == NULL || bval == NULL) {
-        free(acc);
-        free(small);
-        free(best);
-        free(bval);
-        return nomem();
-    }
-    for (size_t i = 0; i < nall; i++)
-        acc[find(parent, i)] += sizes[i];
-    while (changed && min_size > 0) {
-        size_t ns = 0;
-        changed = 0;
-        /* Each root's best neighbour: lowest value, then lowest root. */
-        for (size_t i = 0; i < nall; i++)
-            best[i] = (size_t)-1;
-        for (size_t e = 0; e < ne; e++) {
-            size_t rx = find(parent, re[e].x), ry = find(parent, re[e].y);
-            for (int side = 0; side < 2 && rx != ry; side++) {
-                size_t r = side ? ry : rx, o = side ? rx : ry;
-                if (best[r] == (size_t)-1 || re[e].value < bval[r] ||
-                    (re[e].value == bval[r] && o < best[r])) {
-                    best[r] = o;
-                    bval[r] = re[e].value;
-                }
-            }
+    seg_graph_edge *ge = malloc((es->n ? es->n : 1) * sizeof(*ge));
+    uint32_t *p32 = malloc((nall ? nall : 1) * sizeof(*p32));
+    int rc = ge != NULL && p32 != NULL ? 0 : nomem();
+    if (rc == 0 && nall >= UINT32_MAX)
+        rc = cnx_error_set(CNX_ETOOBIG, 0,
+                           "segjoin: %zu fragments, over 2^32 - 2", nall);
+    for (size_t i = 0; i < es->n && rc == 0; i++) {
+        uint64_t sum = es->e[i].sum, count = es->e[i].n;
+        if (count < CNX_SEGJOIN_MIN_CONTACT) {
+            sum += 255u * (CNX_SEGJOIN_MIN_CONTACT - count);
+            count = CNX_SEGJOIN_MIN_CONTACT;
         }
-        for (size_t i = 0; i < nall; i++)
-            if (parent[i] == i && acc[i] < min_size && best[i] != (size_t)-1)
-                small[ns++] = (small_seg){acc[i], i};
-        qsort(small, ns, sizeof(*small), cmp_small);
-        /* In that order; a segment that has grown past min_size or been
-         * joined since the pass began waits for the next pass. */
-        for (size_t k = 0; k < ns; k++) {
-            size_t r = small[k].root, o = find(parent, best[r]);
-            size_t to;
-            if (find(parent, r) != r || o == r || acc[r] != small[k].size)
-                continue;
-            unite(parent, r, o);
-            to = find(parent, r);
-            acc[to] = acc[r] + acc[o];
-            (*nmerged)++;
-            changed = 1;
-        }
+        ge[i].a = (uint32_t)(re[i].x < re[i].y ? re[i].x : re[i].y) + 1;
+        ge[i].b = (uint32_t)(re[i].x < re[i].y ? re[i].y : re[i].x) + 1;
+        ge[i].sum = sum;
+        ge[i].count = count;
     }
-    free(acc);
-    free(small);
-    free(best);
-    free(bval);
-    return 0;
+    if (rc == 0)
+        rc = seg__agglomerate_graph((uint32_t)nall, sizes, ge, es->n, level,
+                                    min_size, p32);
+    for (size_t i = 0; i < nall && rc == 0; i++) {
+        parent[i] = p32[i];
+        *nmerged += p32[i] != i;
+    }
+    free(ge);
+    free(p32);
+    return rc;
 }
 
 int cnx_segjoin_run(const cnx_segjoin_input *in, size_t n,
@@ -755,15 +708,9 @@ int cnx_segjoin_run(const cnx_segjoin_input *in, size_t n,
         rc = parent && re ? resolve_edges(&es, all, nall, re) : nomem();
     }
     if (rc == 0) {
-        for (size_t i = 0; i < nall; i++)
-            parent[i] = i;
-        for (size_t i = 0; i < es.n; i++)
-            if (re[i].value < level) {
-                unite(parent, re[i].x, re[i].y);
-                out->nmerged++;
-            }
-        rc = cleanup_small(parent, sizes, nall, re, es.n,
-                           (uint64_t)cnx_segment_min_voxels(p), &out->nmerged);
+        rc = agglomerate_seams(&es, re, sizes, nall, level,
+                               (uint64_t)cnx_segment_min_voxels(p), parent,
+                               &out->nmerged);
     }
     if (rc == 0)
         rc = segments(out, parent, all, sizes, nall);

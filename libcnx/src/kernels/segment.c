@@ -32,11 +32,11 @@ void cnx_segment_params_default(cnx_segment_params *p)
     p->filter_sigma_nm = 6.0;
     p->filter_ridge = 0.3;
     p->filter_background_nm = 100.0;
-    p->seed_distance_nm = 16.0;
+    p->seed_distance_nm = 32.0;
     p->seed_threshold = 0.5;
     p->seed_method = CNX_SEGMENT_SEEDS_DISTANCE;
-    p->merge_threshold = 0.5;
-    p->min_size_nm3 = 32768.0;
+    p->merge_threshold = 0.55;
+    p->min_size_nm3 = 1e6;
 }
 
 /* ---- JSON parameters ---------------------------------------------------- */

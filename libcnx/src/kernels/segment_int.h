@@ -122,6 +122,22 @@ int seg__agglomerate(const seg_grid *g, const seg_cfg *p,
                      const uint8_t *q, const uint32_t *lab, uint32_t nbasins,
                      uint32_t *labels, uint32_t *nlabels);
 
+/** An edge of a region graph given as such (the cross-chunk join). */
+typedef struct seg_graph_edge {
+    uint32_t a, b; /* nodes 1..nnodes, a < b, each pair once */
+    uint64_t sum, count;
+} seg_graph_edge;
+
+/**
+ * Steps 4 and 5 (agglomeration below level, cleanup under min_size) on a
+ * graph: node i (1..nnodes) has sizes[i - 1] voxels. Writes parent[i - 1]
+ * = the 0-based index of node i's final region's smallest node.
+ * @return 0; CNX_ENOMEM.
+ */
+int seg__agglomerate_graph(uint32_t nnodes, const uint64_t *sizes,
+                           const seg_graph_edge *edges, size_t nedges,
+                           uint64_t level, uint64_t min_size, uint32_t *parent);
+
 /**
  * The membrane filter of a raw image (cnx_segment_boundary_*): img holds
  * the voxels as floats, normalised to [0, 1] (1 = bright); writes the

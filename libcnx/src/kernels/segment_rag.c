@@ -25,7 +25,8 @@ typedef struct seg_edge {
     uint32_t a, b; /* current endpoints, a < b */
     uint64_t sum, count;
     uint32_t version;
-    uint32_t alive;
+    uint16_t alive;
+    uint16_t z; /* joins two sections (sections mode) */
 } seg_edge;
 
 typedef struct seg_node {
@@ -56,6 +57,7 @@ typedef struct rag {
                        merged into, or SEG_NONE */
     uint32_t nnodes;
     uint64_t level; /* merge while an edge's value is below this */
+    int planar;     /* first pass of sections mode: z edges wait */
     heap queue;
 } rag;
 
@@ -184,7 +186,7 @@ static uint32_t edge_of(rag *r, edge_table *t, uint64_t key)
     t->keys[j] = key;
     t->index[j] = (uint32_t)r->nedges;
     r->edges[r->nedges] =
-        (seg_edge){(uint32_t)(key >> 32), (uint32_t)key, 0, 0, 0, 1};
+        (seg_edge){(uint32_t)(key >> 32), (uint32_t)key, 0, 0, 0, 1, 0};
     return (uint32_t)r->nedges++;
 }
 
@@ -277,6 +279,26 @@ static void rag_dispose(rag *r)
     free(r->queue.e);
 }
 
+/* Sections mode: mark the edges that join two sections (every basin lies
+ * in one section). */
+static int mark_z_edges(rag *r, const seg_grid *g, const uint32_t *lab)
+{
+    const int64_t *s = g->size;
+    int64_t *zof = malloc(((size_t)r->nnodes + 1) * sizeof(*zof));
+    if (zof == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "segment: out of memory");
+    for (int64_t z = 0; z < s[2]; z++)
+        for (int64_t y = 0; y < s[1]; y++) {
+            const uint32_t *row = lab + seg__at(g, 0, y, z);
+            for (int64_t x = 0; x < s[0]; x++)
+                zof[row[x]] = z;
+        }
+    for (size_t e = 0; e < r->nedges; e++)
+        r->edges[e].z = zof[r->edges[e].a] != zof[r->edges[e].b];
+    free(zof);
+    return 0;
+}
+
 static int rag_init(rag *r, const seg_grid *g, const seg_cfg *p,
                     const uint8_t *q, const uint32_t *lab, uint32_t nbasins)
 {
@@ -298,6 +320,8 @@ static int rag_init(rag *r, const seg_grid *g, const seg_cfg *p,
         r->mark[i] = SEG_NONE;
     }
     if (build_edges(r, g, q, lab) != 0)
+        return CNX_ENOMEM;
+    if (g->sections && g->z_edges && mark_z_edges(r, g, lab) != 0)
         return CNX_ENOMEM;
     return build_lists(r);
 }
@@ -321,7 +345,7 @@ static int touch(rag *r, uint32_t e, int queue)
     seg_edge *ed = &r->edges[e];
     heap_entry h;
     ed->version++;
-    if (!queue || edge_value(ed) >= r->level)
+    if (!queue || edge_value(ed) >= r->level || (r->planar && ed->z))
         return 0;
     h.k1 = edge_value(ed);
     h.k2 = (uint64_t)ed->a << 32 | ed->b;
@@ -408,7 +432,7 @@ static int merge(rag *r, uint32_t a, uint32_t b, int queue)
 static int agglomerate(rag *r)
 {
     for (size_t e = 0; e < r->nedges; e++)
-        if (touch(r, (uint32_t)e, 1) != 0)
+        if (r->edges[e].alive && touch(r, (uint32_t)e, 1) != 0)
             return CNX_ENOMEM;
     while (r->queue.len > 0) {
         heap_entry h = heap_pop(&r->queue);
@@ -511,12 +535,59 @@ int seg__agglomerate(const seg_grid *g, const seg_cfg *p,
 {
     rag r;
     int rc = rag_init(&r, g, p, q, lab, nbasins);
+    if (rc == 0 && g->sections && g->z_edges) {
+        /* sections: within each section first, then across them */
+        r.planar = 1;
+        rc = agglomerate(&r);
+        r.planar = 0;
+    }
     if (rc == 0)
         rc = agglomerate(&r);
     if (rc == 0 && p->min_size > 1)
         rc = cleanup(&r, p->min_size);
     if (rc == 0)
         rc = number(&r, g, lab, labels, nlabels);
+    rag_dispose(&r);
+    return rc;
+}
+
+int seg__agglomerate_graph(uint32_t nnodes, const uint64_t *sizes,
+                           const seg_graph_edge *edges, size_t nedges,
+                           uint64_t level, uint64_t min_size, uint32_t *parent)
+{
+    const size_t nn = (size_t)nnodes + 1;
+    rag r;
+    int rc = 0;
+    memset(&r, 0, sizeof(r));
+    r.nnodes = nnodes;
+    r.level = level;
+    r.nedges = r.cap_edges = nedges;
+    r.edges = malloc((nedges ? nedges : 1) * sizeof(*r.edges));
+    r.nodes = calloc(nn, sizeof(*r.nodes));
+    r.parent = malloc(nn * sizeof(*r.parent));
+    r.size = calloc(nn, sizeof(*r.size));
+    r.mark = malloc(nn * sizeof(*r.mark));
+    if (r.edges == NULL || r.nodes == NULL || r.parent == NULL ||
+        r.size == NULL || r.mark == NULL)
+        rc = cnx_error_set(CNX_ENOMEM, 0, "segment: out of memory");
+    for (size_t i = 0; i < nn && rc == 0; i++) {
+        r.parent[i] = (uint32_t)i;
+        r.mark[i] = SEG_NONE;
+        r.size[i] = i == 0 ? 0 : sizes[i - 1];
+    }
+    for (size_t e = 0; e < nedges && rc == 0; e++)
+        r.edges[e] = (seg_edge){edges[e].a, edges[e].b, edges[e].sum,
+                                edges[e].count, 0, 1, 0};
+    if (rc == 0)
+        rc = build_lists(&r);
+    if (rc == 0)
+        rc = agglomerate(&r);
+    if (rc == 0 && min_size > 1)
+        rc = cleanup(&r, min_size);
+    for (uint32_t i = 1; i <= nnodes && rc == 0; i++) {
+        r.parent[i] = r.parent[r.parent[i]]; /* parent[i] <= i */
+        parent[i - 1] = r.parent[i] - 1;
+    }
     rag_dispose(&r);
     return rc;
 }

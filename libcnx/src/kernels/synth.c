@@ -1,16 +1,21 @@
 /*
  * synth.c - synthetic EM dataset kernel: parameters, the stage driver.
  *
- * cnx_synth_generate runs the stages in a fixed order on one thread:
- * neurite skeletons (synth_neurites.c) -> labelled distance fill -> one
- * component per object -> membranes -> synapse sites (synth_synapses.c) ->
- * image, boundary, cleft and psd (synth_layers.c) -> uint64 ground truth.
+ * cnx_synth_generate runs the stages in a fixed order on one thread.
+ * Classic style: neurite skeletons (synth_neurites.c) -> labelled distance
+ * fill -> one component per object -> membranes -> synapse sites
+ * (synth_synapses.c) -> image, boundary, cleft and psd (synth_layers.c) ->
+ * uint64 ground truth. Hard style: neurites in nm -> cells packed into the
+ * rest -> components settled (synth_hard.c) -> synapse sites in nm ->
+ * the degraded layers (synth_hard_layers.c) -> ground truth.
  * Each stage owns its random stream (synth_int.h), so the output is a
  * function of the parameters alone. Working memory is a uint32 label and a
- * uint8 flag per voxel besides the outputs; see cnx_synth_generate.
+ * uint8 flag per voxel besides the outputs (hard style: a few more bytes
+ * per voxel while rendering); see cnx_synth_generate.
  */
 #include "cnx/synth.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +33,49 @@ enum {
     WORK_GT = 3,
     SYNTH_WORK = 100,
 };
+/* The same for the hard style (also summing to SYNTH_WORK). */
+enum {
+    HWORK_NEURITES = 22,
+    HWORK_CELLS = 14,
+    HWORK_SETTLE = 10,
+    HWORK_SYNAPSES = 4,
+    HWORK_RENDER = 47,
+    HWORK_GT = 3,
+};
+
+static const char *const style_names[] = {"classic", "hard"};
+
+const char *cnx_synth_style_name(cnx_synth_style style)
+{
+    if ((int)style < 0 ||
+        (size_t)style >= sizeof(style_names) / sizeof(style_names[0]))
+        return NULL;
+    return style_names[style];
+}
+
+int cnx_synth_style_parse(const char *name, cnx_synth_style *out)
+{
+    size_t k;
+    for (k = 0; k < sizeof(style_names) / sizeof(style_names[0]); k++) {
+        if (strcmp(name, style_names[k]) == 0) {
+            *out = (cnx_synth_style)k;
+            return 0;
+        }
+    }
+    return cnx_error_set(CNX_EINVAL, 0,
+                         "synth: style '%.64s' is not classic or hard", name);
+}
+
+void cnx_synth__metric(synth_metric *m, const cnx_synth_params *p)
+{
+    int i;
+    m->physical = p->style == CNX_SYNTH_STYLE_HARD;
+    m->wmin = HUGE_VAL;
+    for (i = 0; i < 3; i++) {
+        m->w[i] = m->physical ? p->resolution[i] : 1.0;
+        m->wmin = m->w[i] < m->wmin ? m->w[i] : m->wmin;
+    }
+}
 
 void cnx_synth__rng_init(synth_rng *rng, uint64_t seed, uint64_t stream)
 {
@@ -45,6 +93,8 @@ void cnx_synth_params_init(cnx_synth_params *p)
     p->shape[0] = p->shape[1] = p->shape[2] = 256;
     p->seed = 1;
     p->resolution[0] = p->resolution[1] = p->resolution[2] = 8.0;
+    p->style = CNX_SYNTH_STYLE_CLASSIC;
+    p->chunk[0] = p->chunk[1] = p->chunk[2] = CNX_SYNTH_DEFAULT_CHUNK;
     p->radius_min = 3;
     p->radius_max = 10;
     p->fill_percent = 30;
@@ -76,7 +126,23 @@ int cnx_synth_params_check(const cnx_synth_params *p)
             return cnx_error_set(CNX_EINVAL, 0,
                                  "synth: resolution %c must be in (0, 1e9] nm",
                                  axis[i]);
+        if (p->chunk[i] < 1 || p->chunk[i] > CNX_SYNTH_MAX_CHUNK)
+            return cnx_error_set(
+                CNX_EINVAL, 0, "synth: chunk %c = %lld is not within 1..%d",
+                axis[i], (long long)p->chunk[i], CNX_SYNTH_MAX_CHUNK);
         voxels *= p->shape[i];
+    }
+    if (cnx_synth_style_name(p->style) == NULL)
+        return cnx_error_set(CNX_EINVAL, 0, "synth: unknown style %d",
+                             (int)p->style);
+    for (i = 0; i < 3 && p->style == CNX_SYNTH_STYLE_HARD; i++) {
+        if (!(p->resolution[i] >= CNX_SYNTH_HARD_RES_MIN &&
+              p->resolution[i] <= CNX_SYNTH_HARD_RES_MAX))
+            return cnx_error_set(CNX_EINVAL, 0,
+                                 "synth: resolution %c must be in %g..%g nm "
+                                 "for the hard style",
+                                 axis[i], CNX_SYNTH_HARD_RES_MIN,
+                                 CNX_SYNTH_HARD_RES_MAX);
     }
     if (p->seed > (uint64_t)INT64_MAX)
         return cnx_error_set(CNX_EINVAL, 0, "synth: seed %llu is over 2^63 - 1",
@@ -141,12 +207,106 @@ static void report(const cnx_synth_params *p, int64_t done)
         p->progress(p->progress_ctx, done, SYNTH_WORK);
 }
 
+/* Allocate the four uint8 maps of synth (image, boundary, cleft, psd) over
+ * box; those made before a failure are freed with synth. @return 0 or
+ * the error of cnx_volume_new. */
+static int new_maps(cnx_synth *synth, const cnx_box *box)
+{
+    int rc = cnx_volume_new(&synth->image, CNX_DT_UINT8, box, 1);
+    if (rc == 0)
+        rc = cnx_volume_new(&synth->boundary, CNX_DT_UINT8, box, 1);
+    if (rc == 0)
+        rc = cnx_volume_new(&synth->cleft, CNX_DT_UINT8, box, 1);
+    if (rc == 0)
+        rc = cnx_volume_new(&synth->psd, CNX_DT_UINT8, box, 1);
+    return rc;
+}
+
+/* The classic geometry and maps (synth_neurites.c, synth_layers.c). */
+static int generate_classic(cnx_synth *synth, uint32_t *label,
+                            const synth_dims *d, const cnx_synth_params *p,
+                            const cnx_box *box)
+{
+    uint8_t *flags = NULL;
+    uint32_t nobjects = 0;
+    int rc;
+
+    rc = cnx_synth__neurites(label, &nobjects, d, p);
+    if (rc < 0)
+        goto done;
+    synth->nobjects = nobjects;
+    report(p, WORK_NEURITES);
+    rc = cnx_synth__fill(label, d);
+    if (rc < 0)
+        goto done;
+    report(p, WORK_NEURITES + WORK_FILL);
+    rc = cnx_synth__connect(label, d);
+    if (rc < 0)
+        goto done;
+    report(p, WORK_NEURITES + WORK_FILL + WORK_CONNECT);
+
+    flags = malloc((size_t)d->n);
+    if (flags == NULL) {
+        rc = cnx_error_set(CNX_ENOMEM, 0, "synth: out of memory");
+        goto done;
+    }
+    cnx_synth__membrane(flags, label, d);
+    rc = cnx_synth__synapses(&synth->synapses, &synth->nsynapses, label, d, p);
+    if (rc < 0)
+        goto done;
+    report(p, WORK_NEURITES + WORK_FILL + WORK_CONNECT + WORK_SYNAPSES);
+
+    rc = new_maps(synth, box);
+    if (rc < 0)
+        goto done;
+    rc = cnx_synth__render(synth, label, flags, d);
+    if (rc < 0)
+        goto done;
+    report(p, SYNTH_WORK - WORK_GT);
+done:
+    free(flags);
+    return rc;
+}
+
+/* The hard geometry and maps (synth_hard.c, synth_hard_layers.c). */
+static int generate_hard(cnx_synth *synth, uint32_t *label, const synth_dims *d,
+                         const cnx_synth_params *p, const cnx_box *box)
+{
+    uint32_t nneurites = 0, nobjects = 0;
+    int rc;
+
+    rc = cnx_synth__hard_neurites(label, &nneurites, d, p);
+    if (rc < 0)
+        return rc;
+    report(p, HWORK_NEURITES);
+    rc = cnx_synth__hard_cells(label, nneurites, d, p);
+    if (rc < 0)
+        return rc;
+    report(p, HWORK_NEURITES + HWORK_CELLS);
+    rc = cnx_synth__hard_settle(label, &nobjects, d, p);
+    if (rc < 0)
+        return rc;
+    synth->nobjects = nobjects;
+    report(p, HWORK_NEURITES + HWORK_CELLS + HWORK_SETTLE);
+    rc = cnx_synth__synapses(&synth->synapses, &synth->nsynapses, label, d, p);
+    if (rc < 0)
+        return rc;
+    report(p, HWORK_NEURITES + HWORK_CELLS + HWORK_SETTLE + HWORK_SYNAPSES);
+
+    rc = new_maps(synth, box);
+    if (rc < 0)
+        return rc;
+    rc = cnx_synth__hard_render(synth, label, d);
+    if (rc < 0)
+        return rc;
+    report(p, SYNTH_WORK - HWORK_GT);
+    return 0;
+}
+
 int cnx_synth_generate(cnx_synth **out, const cnx_synth_params *p)
 {
     cnx_synth *synth = NULL;
     uint32_t *label = NULL;
-    uint8_t *flags = NULL;
-    uint32_t nobjects = 0;
     synth_dims d;
     cnx_box box;
     uint64_t *gt;
@@ -174,46 +334,12 @@ int cnx_synth_generate(cnx_synth **out, const cnx_synth_params *p)
     synth->params.progress = NULL;
     synth->params.progress_ctx = NULL;
 
-    rc = cnx_synth__neurites(label, &nobjects, &d, p);
+    if (p->style == CNX_SYNTH_STYLE_HARD)
+        rc = generate_hard(synth, label, &d, p, &box);
+    else
+        rc = generate_classic(synth, label, &d, p, &box);
     if (rc < 0)
         goto done;
-    synth->nobjects = nobjects;
-    report(p, WORK_NEURITES);
-    rc = cnx_synth__fill(label, &d);
-    if (rc < 0)
-        goto done;
-    report(p, WORK_NEURITES + WORK_FILL);
-    rc = cnx_synth__connect(label, &d);
-    if (rc < 0)
-        goto done;
-    report(p, WORK_NEURITES + WORK_FILL + WORK_CONNECT);
-
-    flags = malloc((size_t)d.n);
-    if (flags == NULL) {
-        rc = cnx_error_set(CNX_ENOMEM, 0, "synth: out of memory");
-        goto done;
-    }
-    cnx_synth__membrane(flags, label, &d);
-    rc = cnx_synth__synapses(&synth->synapses, &synth->nsynapses, label, &d, p);
-    if (rc < 0)
-        goto done;
-    report(p, WORK_NEURITES + WORK_FILL + WORK_CONNECT + WORK_SYNAPSES);
-
-    rc = cnx_volume_new(&synth->image, CNX_DT_UINT8, &box, 1);
-    if (rc == 0)
-        rc = cnx_volume_new(&synth->boundary, CNX_DT_UINT8, &box, 1);
-    if (rc == 0)
-        rc = cnx_volume_new(&synth->cleft, CNX_DT_UINT8, &box, 1);
-    if (rc == 0)
-        rc = cnx_volume_new(&synth->psd, CNX_DT_UINT8, &box, 1);
-    if (rc < 0)
-        goto done;
-    rc = cnx_synth__render(synth, label, flags, &d);
-    if (rc < 0)
-        goto done;
-    free(flags);
-    flags = NULL;
-    report(p, SYNTH_WORK - WORK_GT);
 
     rc = cnx_volume_new(&synth->gt, CNX_DT_UINT64, &box, 1);
     if (rc < 0)
@@ -227,7 +353,6 @@ int cnx_synth_generate(cnx_synth **out, const cnx_synth_params *p)
     rc = 0;
 done:
     free(label);
-    free(flags);
     cnx_synth_free(synth);
     return rc;
 }

@@ -336,11 +336,13 @@ static int render_synapses(uint8_t *out, uint16_t *v, const cnx_synth *synth,
                            int which, uint64_t stream)
 {
     mark_ctx m = {v, d};
+    synth_metric metric;
     size_t k;
+    cnx_synth__metric(&metric, &synth->params);
     memset(v, 0, (size_t)d->n * sizeof(*v));
     for (k = 0; k < synth->nsynapses; k++) {
-        if (cnx_synth__synapse_voxels(&synth->synapses[k], which, label, d,
-                                      mark, &m) < 0)
+        if (cnx_synth__synapse_voxels(&synth->synapses[k], which, &metric,
+                                      label, d, mark, &m) < 0)
             return CNX_ENOMEM;
     }
     if (cnx_synth__blur(v, d) < 0)

@@ -14,8 +14,11 @@
  * pack like neuropil, and digitisation slivers are merged into a neighbour
  * so that every object is one 6-connected component.
  * Floating point here uses only + - * / and sqrt (IEEE, correctly rounded),
- * in a fixed order, so results are identical on every machine.
+ * in a fixed order, so results are identical on every machine. The
+ * capsule painter (synth_painter) is shared with the hard style, which
+ * paints in nm (synth_hard.c).
  */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,49 +48,17 @@ typedef struct arm {
     int depth;
 } arm;
 
-typedef struct painter {
-    uint32_t *label;
-    const synth_dims *d;
-    int64_t painted;
-    int64_t bmin[3], bmax[3]; /* inclusive box of the current object */
-} painter;
-
-static double dot3(const double a[3], const double b[3])
-{
-    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
-}
-
-static void normalize3(double v[3])
-{
-    const double n = sqrt(dot3(v, v));
-    v[0] /= n;
-    v[1] /= n;
-    v[2] /= n;
-}
-
-/* Uniform direction: rejection sampling in the unit ball. */
-static void random_unit(synth_rng *rng, double v[3])
-{
-    double n2;
-    do {
-        v[0] = 2.0 * cnx_synth__rng_unit(rng) - 1.0;
-        v[1] = 2.0 * cnx_synth__rng_unit(rng) - 1.0;
-        v[2] = 2.0 * cnx_synth__rng_unit(rng) - 1.0;
-        n2 = dot3(v, v);
-    } while (n2 > 1.0 || n2 < 1e-6);
-    normalize3(v);
-}
-
-/* Clipped inclusive voxel box around capsule a-b of radius r; 0 if empty. */
-static int capsule_box(const synth_dims *d, const double a[3],
+/* Clipped inclusive voxel box of capsule a-b grown by r; 0 if empty. */
+static int capsule_box(const synth_painter *pt, const double a[3],
                        const double b[3], double r, int64_t lo[3],
                        int64_t hi[3])
 {
+    const synth_dims *d = pt->d;
     const int64_t ext[3] = {d->sx, d->sy, d->sz};
     int i;
     for (i = 0; i < 3; i++) {
-        const double mn = (a[i] < b[i] ? a[i] : b[i]) - r;
-        const double mx = (a[i] > b[i] ? a[i] : b[i]) + r;
+        const double mn = ((a[i] < b[i] ? a[i] : b[i]) - r) / pt->res[i];
+        const double mx = ((a[i] > b[i] ? a[i] : b[i]) + r) / pt->res[i];
         if (mx < 0.0 || mn > (double)(ext[i] - 1))
             return 0;
         lo[i] = mn < 0.0 ? 0 : (int64_t)ceil(mn);
@@ -114,21 +85,21 @@ static void capsule_init(capsule *c, const double a[3], const double b[3],
         c->a[i] = a[i];
         c->ab[i] = b[i] - a[i];
     }
-    c->ab2 = dot3(c->ab, c->ab);
+    c->ab2 = cnx_synth__dot3(c->ab, c->ab);
     c->ra = ra;
     c->rb = rb;
     c->grow = grow;
 }
 
-static int capsule_has(const capsule *c, int64_t x, int64_t y, int64_t z)
+/* 1 if the voxel centre p lies in the capsule. */
+static int capsule_has(const capsule *c, const double p[3])
 {
     double ac[3], t = 0.0, d2 = 0.0, r;
     int i;
-    ac[0] = (double)x - c->a[0];
-    ac[1] = (double)y - c->a[1];
-    ac[2] = (double)z - c->a[2];
+    for (i = 0; i < 3; i++)
+        ac[i] = p[i] - c->a[i];
     if (c->ab2 > 0.0) {
-        t = dot3(ac, c->ab) / c->ab2;
+        t = cnx_synth__dot3(ac, c->ab) / c->ab2;
         t = t < 0.0 ? 0.0 : (t > 1.0 ? 1.0 : t);
     }
     for (i = 0; i < 3; i++) {
@@ -139,23 +110,37 @@ static int capsule_has(const capsule *c, int64_t x, int64_t y, int64_t z)
     return d2 <= r * r;
 }
 
-/* 1 if no voxel of an object other than id lies within the grown capsule. */
-static int capsule_free(const painter *pt, const double a[3], const double b[3],
-                        double ra, double rb, uint32_t id)
+void cnx_synth__painter_begin(synth_painter *pt)
+{
+    int i;
+    for (i = 0; i < 3; i++) {
+        pt->bmin[i] = INT64_MAX;
+        pt->bmax[i] = -1;
+    }
+}
+
+int cnx_synth__painter_free(const synth_painter *pt, const double a[3],
+                            const double b[3], double ra, double rb,
+                            double grow, uint32_t id)
 {
     const synth_dims *d = pt->d;
-    const double rmax = (ra > rb ? ra : rb) + MARGIN;
     int64_t lo[3], hi[3], x, y, z;
     capsule c;
+    double p[3];
 
-    if (!capsule_box(d, a, b, rmax, lo, hi))
+    if (!capsule_box(pt, a, b, (ra > rb ? ra : rb) + grow, lo, hi))
         return 1;
-    capsule_init(&c, a, b, ra, rb, MARGIN);
+    capsule_init(&c, a, b, ra, rb, grow);
     for (z = lo[2]; z <= hi[2]; z++) {
+        p[2] = (double)z * pt->res[2];
         for (y = lo[1]; y <= hi[1]; y++) {
             const uint32_t *row = pt->label + (z * d->sy + y) * d->sx;
+            p[1] = (double)y * pt->res[1];
             for (x = lo[0]; x <= hi[0]; x++) {
-                if (row[x] != 0 && row[x] != id && capsule_has(&c, x, y, z))
+                if (row[x] == 0 || row[x] == id)
+                    continue;
+                p[0] = (double)x * pt->res[0];
+                if (capsule_has(&c, p))
                     return 0;
             }
         }
@@ -163,23 +148,29 @@ static int capsule_free(const painter *pt, const double a[3], const double b[3],
     return 1;
 }
 
-static void capsule_paint(painter *pt, const double a[3], const double b[3],
-                          double ra, double rb, uint32_t id)
+void cnx_synth__painter_paint(synth_painter *pt, const double a[3],
+                              const double b[3], double ra, double rb,
+                              uint32_t id)
 {
     const synth_dims *d = pt->d;
-    const double rmax = ra > rb ? ra : rb;
     int64_t lo[3], hi[3], x, y, z;
-    int i;
     capsule c;
+    double p[3];
+    int i;
 
-    if (!capsule_box(d, a, b, rmax, lo, hi))
+    if (!capsule_box(pt, a, b, ra > rb ? ra : rb, lo, hi))
         return;
     capsule_init(&c, a, b, ra, rb, 0.0);
     for (z = lo[2]; z <= hi[2]; z++) {
+        p[2] = (double)z * pt->res[2];
         for (y = lo[1]; y <= hi[1]; y++) {
             uint32_t *row = pt->label + (z * d->sy + y) * d->sx;
+            p[1] = (double)y * pt->res[1];
             for (x = lo[0]; x <= hi[0]; x++) {
-                if (row[x] == 0 && capsule_has(&c, x, y, z)) {
+                if (row[x] != 0)
+                    continue;
+                p[0] = (double)x * pt->res[0];
+                if (capsule_has(&c, p)) {
                     row[x] = id;
                     pt->painted++;
                 }
@@ -194,8 +185,7 @@ static void capsule_paint(painter *pt, const double a[3], const double b[3],
     }
 }
 
-/* Remove object id (painted inside the tracked box) again. */
-static void erase(painter *pt, uint32_t id)
+void cnx_synth__painter_erase(synth_painter *pt, uint32_t id)
 {
     const synth_dims *d = pt->d;
     int64_t x, y, z;
@@ -212,18 +202,46 @@ static void erase(painter *pt, uint32_t id)
     }
 }
 
-static int outside(const synth_dims *d, const double p[3])
+int cnx_synth__painter_outside(const synth_painter *pt, const double p[3])
 {
-    return p[0] < -0.5 || p[1] < -0.5 || p[2] < -0.5 ||
-           p[0] > (double)d->sx - 0.5 || p[1] > (double)d->sy - 0.5 ||
-           p[2] > (double)d->sz - 0.5;
+    const int64_t ext[3] = {pt->d->sx, pt->d->sy, pt->d->sz};
+    int i;
+    for (i = 0; i < 3; i++) {
+        if (p[i] < -0.5 * pt->res[i] ||
+            p[i] > ((double)ext[i] - 0.5) * pt->res[i])
+            return 1;
+    }
+    return 0;
+}
+
+void cnx_synth__branch_dir(synth_rng *rng, const double dir[3], double out[3])
+{
+    double u[3], along;
+    int i;
+    cnx_synth__random_unit(rng, u);
+    along = cnx_synth__dot3(u, dir);
+    for (i = 0; i < 3; i++)
+        u[i] -= along * dir[i];
+    if (cnx_synth__dot3(u, u) < 1e-6) {
+        u[0] = -dir[1];
+        u[1] = dir[0];
+        u[2] = 0.0;
+        if (cnx_synth__dot3(u, u) < 1e-6) {
+            u[0] = 1.0;
+            u[1] = 0.0;
+        }
+    }
+    cnx_synth__normalize3(u);
+    for (i = 0; i < 3; i++)
+        out[i] = 0.5 * dir[i] + u[i];
+    cnx_synth__normalize3(out);
 }
 
 /*
  * Walk one arm until it leaves the volume, is blocked or runs out of steps,
  * painting as it goes and pushing branches onto stack. @return its length.
  */
-static double walk(painter *pt, synth_rng *rng, const cnx_synth_params *p,
+static double walk(synth_painter *pt, synth_rng *rng, const cnx_synth_params *p,
                    arm *a, uint32_t id, arm *stack, int *nstack, int *nbranches,
                    int64_t max_steps)
 {
@@ -242,48 +260,32 @@ static double walk(painter *pt, synth_rng *rng, const cnx_synth_params *p,
             /* Momentum: keep the direction, add a small random turn; turn
              * harder when the way ahead is blocked. */
             const double wobble = tries == 0 ? 0.3 : 0.6 + 0.2 * tries;
-            random_unit(rng, u);
+            cnx_synth__random_unit(rng, u);
             for (i = 0; i < 3; i++)
                 dir[i] = a->dir[i] + wobble * u[i];
-            if (dot3(dir, dir) < 1e-6)
+            if (cnx_synth__dot3(dir, dir) < 1e-6)
                 continue;
-            normalize3(dir);
+            cnx_synth__normalize3(dir);
             for (i = 0; i < 3; i++)
                 next[i] = a->pos[i] + STEP_LEN * dir[i];
-            ok = capsule_free(pt, a->pos, next, a->radius, r, id);
+            ok = cnx_synth__painter_free(pt, a->pos, next, a->radius, r,
+                                         MARGIN, id);
         }
         if (!ok)
             break;
-        capsule_paint(pt, a->pos, next, a->radius, r, id);
+        cnx_synth__painter_paint(pt, a->pos, next, a->radius, r, id);
         length += STEP_LEN;
         memcpy(a->pos, next, sizeof(next));
         memcpy(a->dir, dir, sizeof(dir));
         a->radius = r;
-        if (outside(pt->d, a->pos))
+        if (cnx_synth__painter_outside(pt, a->pos))
             break;
         if (a->depth < MAX_DEPTH && *nbranches < MAX_BRANCHES &&
             cnx_synth__rng_unit(rng) < BRANCH_CHANCE) {
             arm *b = &stack[(*nstack)++];
-            double along;
             (*nbranches)++;
-            random_unit(rng, u);
-            along = dot3(u, a->dir);
-            for (i = 0; i < 3; i++)
-                u[i] -= along * a->dir[i];
-            if (dot3(u, u) < 1e-6) {
-                u[0] = -a->dir[1];
-                u[1] = a->dir[0];
-                u[2] = 0.0;
-                if (dot3(u, u) < 1e-6) {
-                    u[0] = 1.0;
-                    u[1] = 0.0;
-                }
-            }
-            normalize3(u);
             memcpy(b->pos, a->pos, sizeof(b->pos));
-            for (i = 0; i < 3; i++)
-                b->dir[i] = 0.5 * a->dir[i] + u[i];
-            normalize3(b->dir);
+            cnx_synth__branch_dir(rng, a->dir, b->dir);
             b->base = a->base * (0.55 + 0.3 * cnx_synth__rng_unit(rng));
             b->base = b->base < rmin ? rmin : b->base;
             b->radius = b->base < a->radius ? b->base : a->radius;
@@ -303,7 +305,7 @@ int cnx_synth__neurites(uint32_t *label, uint32_t *nobjects,
     int64_t longest = d->sx > d->sy ? d->sx : d->sy;
     double min_length;
     arm stack[2 + MAX_BRANCHES];
-    painter pt;
+    synth_painter pt;
     synth_rng rng;
     uint32_t id = 1;
     int fails = 0;
@@ -314,6 +316,7 @@ int cnx_synth__neurites(uint32_t *label, uint32_t *nobjects,
     memset(&pt, 0, sizeof(pt));
     pt.label = label;
     pt.d = d;
+    pt.res[0] = pt.res[1] = pt.res[2] = 1.0;
     cnx_synth__rng_init(&rng, p->seed, SYNTH_STREAM_NEURITES);
 
     while (pt.painted < target && fails < MAX_FAILS && id < UINT32_MAX) {
@@ -327,20 +330,17 @@ int cnx_synth__neurites(uint32_t *label, uint32_t *nobjects,
         z = cnx_synth__rng_range(&rng, 0, d->sz - 1);
         u = cnx_synth__rng_unit(&rng);
         r = rmin + (rmax - rmin) * u * u; /* thin neurites are common */
-        random_unit(&rng, dir);
+        cnx_synth__random_unit(&rng, dir);
         start[0] = (double)x;
         start[1] = (double)y;
         start[2] = (double)z;
         if (label[(z * d->sy + y) * d->sx + x] != 0 ||
-            !capsule_free(&pt, start, start, r, r, id)) {
+            !cnx_synth__painter_free(&pt, start, start, r, r, MARGIN, id)) {
             fails++;
             continue;
         }
-        for (i = 0; i < 3; i++) {
-            pt.bmin[i] = INT64_MAX;
-            pt.bmax[i] = -1;
-        }
-        capsule_paint(&pt, start, start, r, r, id);
+        cnx_synth__painter_begin(&pt);
+        cnx_synth__painter_paint(&pt, start, start, r, r, id);
         /* Two arms from the start, back to back: the neurite passes
          * through the volume rather than starting in the middle of it. */
         for (i = 0; i < 2; i++) {
@@ -361,7 +361,7 @@ int cnx_synth__neurites(uint32_t *label, uint32_t *nobjects,
                            max_steps);
         }
         if (length < min_length) {
-            erase(&pt, id);
+            cnx_synth__painter_erase(&pt, id);
             fails++;
             continue;
         }
@@ -518,10 +518,9 @@ int cnx_synth__fill(uint32_t *label, const synth_dims *d)
 
 /* ---- one component per object ----------------------------------------- */
 
-/* comp[i] = 6-connected component of voxel i, numbered in scan order of
- * their first voxel. @return the number of components. */
-static uint32_t components(uint32_t *comp, const uint32_t *label,
-                           const synth_dims *d)
+/* Also the hard style's (synth_hard.c); see synth_int.h. */
+uint32_t cnx_synth__components(uint32_t *comp, const uint32_t *label,
+                               const synth_dims *d)
 {
     const int64_t sxy = d->sx * d->sy;
     uint32_t next = 0;
@@ -559,17 +558,7 @@ static uint32_t components(uint32_t *comp, const uint32_t *label,
     return next;
 }
 
-typedef struct contact {
-    uint32_t label;
-    int64_t faces;
-} contact;
-
-typedef struct stray {
-    contact *c;
-    size_t count, cap;
-} stray;
-
-static int stray_add(stray *s, uint32_t label)
+int cnx_synth__contacts_add(synth_contacts *s, uint32_t label)
 {
     size_t k;
     for (k = 0; k < s->count; k++) {
@@ -580,7 +569,7 @@ static int stray_add(stray *s, uint32_t label)
     }
     if (s->count == s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 8;
-        contact *c = realloc(s->c, cap * sizeof(*c));
+        struct synth_contact *c = realloc(s->c, cap * sizeof(*c));
         if (c == NULL)
             return cnx_error_set(CNX_ENOMEM, 0, "synth: out of memory");
         s->c = c;
@@ -592,6 +581,19 @@ static int stray_add(stray *s, uint32_t label)
     return 0;
 }
 
+uint32_t cnx_synth__contacts_pick(const synth_contacts *s)
+{
+    size_t k, pick = 0;
+    assert(s->count > 0);
+    for (k = 1; k < s->count; k++) {
+        if (s->c[k].faces > s->c[pick].faces ||
+            (s->c[k].faces == s->c[pick].faces &&
+             s->c[k].label < s->c[pick].label))
+            pick = k;
+    }
+    return s->c[pick].label;
+}
+
 /*
  * One round: find pieces that are not their object's largest component and
  * give each the label it shares most faces with (ties: the lower label).
@@ -601,13 +603,13 @@ static int64_t connect_round(uint32_t *label, uint32_t *comp,
                              const synth_dims *d)
 {
     const int64_t sxy = d->sx * d->sy;
-    uint32_t ncomp = components(comp, label, d);
+    uint32_t ncomp = cnx_synth__components(comp, label, d);
     uint32_t maxlabel = 0, c;
     int64_t *size = calloc(ncomp, sizeof(*size));
     uint32_t *clabel = calloc(ncomp, sizeof(*clabel));
     int64_t *slot = NULL, nstray = 0, i, x, y, z;
     uint32_t *best = NULL;
-    stray *strays = NULL;
+    synth_contacts *strays = NULL;
 
     if (size == NULL || clabel == NULL) {
         nstray = cnx_error_set(CNX_ENOMEM, 0, "synth: out of memory");
@@ -651,17 +653,17 @@ static int64_t connect_round(uint32_t *label, uint32_t *comp,
                 if (s < 0)
                     continue;
                 if (x > 0 && label[i - 1] != l)
-                    rc |= stray_add(&strays[s], label[i - 1]);
+                    rc |= cnx_synth__contacts_add(&strays[s], label[i - 1]);
                 if (x + 1 < d->sx && label[i + 1] != l)
-                    rc |= stray_add(&strays[s], label[i + 1]);
+                    rc |= cnx_synth__contacts_add(&strays[s], label[i + 1]);
                 if (y > 0 && label[i - d->sx] != l)
-                    rc |= stray_add(&strays[s], label[i - d->sx]);
+                    rc |= cnx_synth__contacts_add(&strays[s], label[i - d->sx]);
                 if (y + 1 < d->sy && label[i + d->sx] != l)
-                    rc |= stray_add(&strays[s], label[i + d->sx]);
+                    rc |= cnx_synth__contacts_add(&strays[s], label[i + d->sx]);
                 if (z > 0 && label[i - sxy] != l)
-                    rc |= stray_add(&strays[s], label[i - sxy]);
+                    rc |= cnx_synth__contacts_add(&strays[s], label[i - sxy]);
                 if (z + 1 < d->sz && label[i + sxy] != l)
-                    rc |= stray_add(&strays[s], label[i + sxy]);
+                    rc |= cnx_synth__contacts_add(&strays[s], label[i + sxy]);
                 if (rc != 0) {
                     nstray = CNX_ENOMEM;
                     goto done;
@@ -671,20 +673,13 @@ static int64_t connect_round(uint32_t *label, uint32_t *comp,
     }
     /* Decide every piece's new label before changing any voxel. */
     for (c = 0; c < ncomp; c++) {
-        stray *st;
-        size_t k, pick = 0;
+        const synth_contacts *st;
         if (slot[c] < 0)
             continue;
         st = &strays[slot[c]];
         if (st->count == 0)
             continue;
-        for (k = 1; k < st->count; k++) {
-            if (st->c[k].faces > st->c[pick].faces ||
-                (st->c[k].faces == st->c[pick].faces &&
-                 st->c[k].label < st->c[pick].label))
-                pick = k;
-        }
-        clabel[c] = st->c[pick].label;
+        clabel[c] = cnx_synth__contacts_pick(st);
     }
     for (i = 0; i < d->n; i++) {
         if (slot[comp[i]] >= 0)

@@ -152,7 +152,7 @@ static void test_sections_never_join_z(void **state)
  * SECTIONS segments each section alone but links them in its graph: the
  * same volume is one segment, joined within each chunk and across the
  * z face between the chunks (with a halo or without); so is 3D, and so is
- * AUTO at 8 x 8 x 40 nm. 2D at that resolution still never joins.
+ * AUTO at 8 x 8 x 96 nm. 2D at that resolution still never joins.
  */
 static void test_sections_mode_joins_z(void **state)
 {
@@ -166,7 +166,11 @@ static void test_sections_mode_joins_z(void **state)
         for (int64_t halo = 0; halo <= 2; halo += 2) {
             params(&p);
             p.mode = (cnx_segment_mode)m;
-            p.resolution[2] = 40.0; /* AUTO: SECTIONS */
+            p.resolution[2] = 96.0; /* AUTO: SECTIONS (12 x 8) */
+            assert_int_equal(cnx_segment_mode_of(&p),
+                             m == CNX_SEGMENT_MODE_3D
+                                 ? CNX_SEGMENT_MODE_3D
+                                 : CNX_SEGMENT_MODE_SECTIONS);
             assert_int_equal(
                 cnx_segjoin_chunked(b, size, chunk, halo, &p, NULL, seg), 0);
             for (size_t i = 0; i < n; i++)
@@ -174,7 +178,7 @@ static void test_sections_mode_joins_z(void **state)
         }
     params(&p);
     p.mode = CNX_SEGMENT_MODE_2D;
-    p.resolution[2] = 40.0;
+    p.resolution[2] = 96.0;
     assert_int_equal(cnx_segjoin_chunked(b, size, chunk, 2, &p, NULL, seg), 0);
     for (int64_t z = 0; z < 8; z++)
         assert_int_equal(seg[(size_t)z * 576 + 100], cnx_segjoin_id(0, 0, z));

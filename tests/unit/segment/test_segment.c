@@ -160,15 +160,17 @@ static void test_segment__defaults(void **state)
     assert_true(p.filter_sigma_nm == 6.0);
     assert_true(p.filter_ridge == 0.3);
     assert_true(p.filter_background_nm == 100.0);
-    assert_true(p.seed_distance_nm == 16.0);
+    assert_true(p.seed_distance_nm == 32.0);
     assert_true(p.seed_threshold == 0.5);
     assert_int_equal(p.seed_method, CNX_SEGMENT_SEEDS_DISTANCE);
-    assert_true(p.merge_threshold == 0.5);
-    assert_true(p.min_size_nm3 == 32768.0);
+    assert_true(p.merge_threshold == 0.55);
+    assert_true(p.min_size_nm3 == 1e6);
     assert_int_equal(cnx_segment_params_check(&p), 0);
-    /* At 8 nm: isotropic 3D, 64 voxels (as kernel version 1's defaults). */
+    /* At 8 nm: isotropic 3D, a seed window of 4 voxels, 1953 voxels
+     * (1953.125) at least. */
     assert_int_equal(cnx_segment_mode_of(&p), CNX_SEGMENT_MODE_3D);
-    assert_int_equal(cnx_segment_min_voxels(&p), 64);
+    assert_int_equal(cnx_segment_min_voxels(&p), 1953);
+    assert_int_equal(cnx_segment_halo(&p), 16);
     /* NULL and {} are the defaults. */
     memset(&q, 0x5A, sizeof(q));
     assert_int_equal(cnx_segment_params_parse(&q, NULL), 0);
@@ -420,18 +422,19 @@ static void test_segment__check_voxel_limits(void **state)
 {
     cnx_segment_params p;
     (void)state;
-    /* 16 nm at 0.25 nm: a 64-voxel window, the limit, passes */
+    /* 32 nm (the default) at 0.5 nm: a 64-voxel window, the limit,
+     * passes */
     cnx_segment_params_default(&p);
-    p.resolution[0] = p.resolution[1] = p.resolution[2] = 0.25;
+    p.resolution[0] = p.resolution[1] = p.resolution[2] = 0.5;
     assert_int_equal(cnx_segment_params_check(&p), 0);
-    /* 16 nm at 0.2 nm: 80 voxels */
-    p.resolution[0] = p.resolution[1] = p.resolution[2] = 0.2;
+    /* 32 nm at 0.4 nm: 80 voxels */
+    p.resolution[0] = p.resolution[1] = p.resolution[2] = 0.4;
     expect_check_refusal(&p, "segment: seed_distance_nm is 80 voxels at this "
                              "resolution, over 64");
     /* one fine axis is enough, z too in 3D (AUTO picks 3D here); the
      * section modes never filter or seed across z, so z is not limited */
     cnx_segment_params_default(&p);
-    p.resolution[2] = 0.125;
+    p.resolution[2] = 0.25;
     expect_check_refusal(&p, "segment: seed_distance_nm is 128 voxels at this "
                              "resolution, over 64");
     p.mode = CNX_SEGMENT_MODE_2D;
@@ -468,6 +471,7 @@ static void test_segment__check_voxel_limits(void **state)
     p.raw_input = 1;
     p.resolution[0] = p.resolution[1] = p.resolution[2] = 0.25;
     p.filter_sigma_nm = 1.0;
+    p.seed_distance_nm = 16.0; /* 64 voxels, the seed limit */
     expect_check_refusal(&p,
                          "segment: filter_background_nm is 400 voxels at this "
                          "resolution, over 256");
@@ -482,14 +486,14 @@ static void test_segment__check_voxel_limits(void **state)
         uint32_t labels[8], n;
         const int64_t size[3] = {2, 2, 2};
         cnx_segment_params_default(&p);
-        p.resolution[1] = 0.2;
+        p.resolution[1] = 0.4;
         assert_int_equal(cnx_segment_volume(b, size, &p, labels, &n),
                          CNX_EINVAL);
         assert_non_null(strstr(cnx_error_last()->message, "80 voxels"));
     }
 }
 
-/* AUTO: SECTIONS exactly when z >= 2 x the coarser of x and y. */
+/* AUTO: SECTIONS exactly when z >= 12 x the coarser of x and y. */
 static void test_segment__mode_of_resolution(void **state)
 {
     static const struct {
@@ -497,16 +501,20 @@ static void test_segment__mode_of_resolution(void **state)
         cnx_segment_mode want;
     } cases[] = {
         {{8, 8, 8}, CNX_SEGMENT_MODE_3D},
-        {{8, 8, 16}, CNX_SEGMENT_MODE_SECTIONS},
-        {{8, 8, 15.9}, CNX_SEGMENT_MODE_3D},
-        {{4, 4, 40}, CNX_SEGMENT_MODE_SECTIONS},
+        {{8, 8, 96}, CNX_SEGMENT_MODE_SECTIONS},
+        {{8, 8, 95.9}, CNX_SEGMENT_MODE_3D},
+        {{8, 8, 16}, CNX_SEGMENT_MODE_3D}, /* 2 x: kernel version 2's first
+                                              rule, no longer */
+        {{4, 4, 40}, CNX_SEGMENT_MODE_3D}, /* 10 x */
+        {{4, 4, 48}, CNX_SEGMENT_MODE_SECTIONS},
         {{4, 4, 50}, CNX_SEGMENT_MODE_SECTIONS}, /* ISBI 2012 */
-        {{4, 8, 16}, CNX_SEGMENT_MODE_SECTIONS}, /* the coarser of x, y */
-        {{8, 4, 16}, CNX_SEGMENT_MODE_SECTIONS},
-        {{4, 8, 15.99}, CNX_SEGMENT_MODE_3D}, /* 2 x 4 is not enough */
-        {{8, 4, 15.99}, CNX_SEGMENT_MODE_3D},
+        {{4, 8, 96}, CNX_SEGMENT_MODE_SECTIONS}, /* the coarser of x, y */
+        {{8, 4, 96}, CNX_SEGMENT_MODE_SECTIONS},
+        {{4, 8, 95.99}, CNX_SEGMENT_MODE_3D}, /* 12 x 4 is not enough */
+        {{8, 4, 95.99}, CNX_SEGMENT_MODE_3D},
         {{16, 16, 8}, CNX_SEGMENT_MODE_3D}, /* finer z */
-        {{0.01, 0.01, 0.02}, CNX_SEGMENT_MODE_SECTIONS},
+        {{0.01, 0.01, 0.16}, CNX_SEGMENT_MODE_SECTIONS},
+        {{0.01, 0.01, 0.11}, CNX_SEGMENT_MODE_3D},
         {{1e6, 1e6, 1e6}, CNX_SEGMENT_MODE_3D},
     };
     cnx_segment_params p;
@@ -533,7 +541,9 @@ static void test_segment__min_voxels(void **state)
         double res[3], nm3;
         int64_t want;
     } cases[] = {
-        {{8, 8, 8}, 32768, 64},   /* the default */
+        {{8, 8, 8}, 1e6, 1953},   /* the default: 1953.125 */
+        {{8, 8, 30}, 1e6, 521},   /* 520.8 */
+        {{8, 8, 8}, 32768, 64},   /* kernel version 2's first default */
         {{16, 16, 16}, 32768, 8}, /* 32768 / 4096 */
         {{4, 4, 4}, 32768, 512},  /* 32768 / 64 */
         {{4, 4, 40}, 32768, 51},  /* 51.2 */
@@ -584,7 +594,8 @@ static void test_segment__halo_formula(void **state)
         {{16, 16, 16}, 0, 6, 100, 80, 20}, /* 4 x 5 */
         {{4, 8, 8}, 0, 6, 100, 16, 16},    /* x: 4 x 4; y: 8 */
         {{8, 4, 8}, 0, 6, 100, 16, 16},    /* y: 4 x 4 */
-        {{4, 4, 40}, 0, 6, 100, 16, 16},   /* z (sections) unused */
+        {{4, 4, 50}, 0, 6, 100, 16, 16},   /* z (sections) unused */
+        {{4, 4, 40}, 0, 6, 100, 16, 16},   /* 3D (AUTO): x 16, z 8 */
         {{8, 8, 4}, 0, 6, 100, 16, 16},    /* 3D (AUTO): z 4 x 4 */
         {{8, 8, 4}, 1, 6, 0, 16, 35},      /* 3D: z sigma 1.5: 19 + 16 */
         /* raw input at 8 nm: sigma 0.75 voxels: round(4.5) + 1 = 6;
@@ -596,9 +607,13 @@ static void test_segment__halo_formula(void **state)
         {{8, 8, 8}, 1, 24, 0, 16, 81},   /* 3: 72 + 1 + 8 */
         {{8, 8, 8}, 1, 24, 200, 16, 83}, /* shading 3 x 25 = 75 > 73: 75 + 8 */
         {{8, 8, 8}, 1, 12, 0, 48, 43},   /* 19 + 4 x 6 */
-        /* raw ISBI-like 4x4x40: sigma 1.5 voxels (19), shading 25 (75),
-         * seeds 4 x 4 = 16 */
-        {{4, 4, 40}, 1, 6, 100, 16, 91},
+        /* raw ISBI 4x4x50 (sections): sigma 1.5 voxels (19), shading 25
+         * (75), seeds 4 x 4 = 16 */
+        {{4, 4, 50}, 1, 6, 100, 16, 91},
+        /* the default seeds, 32 nm: 4 x 4 at 8 nm, 4 x 8 at 4 nm */
+        {{8, 8, 8}, 0, 6, 100, 32, 16},
+        {{4, 4, 50}, 0, 6, 100, 32, 32},
+        {{4, 4, 50}, 1, 6, 100, 32, 107}, /* 75 + 32 */
         /* raw at 16 nm: sigma 0.375: round(1.125) + 1 = 2; shading 2.5 ->
          * 3 voxels: 9; seeds 1 voxel: 8 */
         {{16, 16, 16}, 1, 6, 40, 16, 17},
@@ -639,12 +654,13 @@ static void test_segment__halo_formula(void **state)
         assert_true(cnx_segment_halo(&p) <= h);
         p.raw_input = 1;
     }
-    p.filter_sigma_nm = 8.0; /* 1 voxel: 9 + 8 */
-    assert_int_equal(cnx_segment_halo(&p), 17);
-    p.filter_sigma_nm = 16.0; /* 2 voxels: 33 + 8 */
-    assert_int_equal(cnx_segment_halo(&p), 41);
-    p.filter_sigma_nm = 64.0; /* 8 voxels: 513 + 8 */
-    assert_int_equal(cnx_segment_halo(&p), 521);
+    /* the default seeds: 32 nm, 4 voxels, 4 x 4 = 16 */
+    p.filter_sigma_nm = 8.0; /* 1 voxel: 9 + 16 */
+    assert_int_equal(cnx_segment_halo(&p), 25);
+    p.filter_sigma_nm = 16.0; /* 2 voxels: 33 + 16 */
+    assert_int_equal(cnx_segment_halo(&p), 49);
+    p.filter_sigma_nm = 64.0; /* 8 voxels: 513 + 16 */
+    assert_int_equal(cnx_segment_halo(&p), 529);
 }
 
 /* ---- the edge statistic ------------------------------------------------- */
@@ -718,13 +734,15 @@ static void test_segment__refuses_bad_input(void **state)
 /* ---- constructed volumes --------------------------------------------------
  */
 
-/* Blobs behind full membrane walls: exactly those segments. */
+/* Blobs behind full membrane walls: exactly those segments (no minimum
+ * size: the blobs, 1200 voxels at most, are under the default's 1953). */
 static void test_segment__walls_separate_blobs(void **state)
 {
     cnx_segment_params p;
     vol v = vol_new(31, 12, 10, 0.0f);
     (void)state;
     cnx_segment_params_default(&p);
+    p.min_size_nm3 = 0.0;
     /* Walls at x = 10 and x = 20 (two voxels thick, like synth). */
     fill_box(&v, 10, 12, 0, 12, 0, 10, 1.0f);
     fill_box(&v, 20, 22, 0, 12, 0, 10, 0.9f);
@@ -944,7 +962,8 @@ static void test_segment__min_size_nm3_follows_resolution(void **state)
 /*
  * Nothing below the seed threshold: one segment; one per section in 2D.
  * SECTIONS seeds each section on its own too, but its graph links them:
- * the 35-voxel sections are under the 64-voxel minimum and fold together
+ * the 35-voxel sections are under the default minimum (1953 voxels at
+ * 8 nm) and fold together
  * across z, unless there is no minimum.
  */
 static void test_segment__all_membrane_gets_one_segment(void **state)
@@ -1072,9 +1091,10 @@ static void test_segment__sections_mode_joins_across_z(void **state)
         expect_box(&v, 1, 11, 1, 23, 0, nz, left);
         expect_box(&v, 13, 23, 1, 23, 0, nz, right);
     }
-    /* AUTO at 8 x 8 x 16 nm: SECTIONS, the same. */
+    /* AUTO at 8 x 8 x 96 nm: SECTIONS, the same. */
     p.mode = CNX_SEGMENT_MODE_AUTO;
-    p.resolution[2] = 16.0;
+    p.resolution[2] = 96.0;
+    assert_int_equal(cnx_segment_mode_of(&p), CNX_SEGMENT_MODE_SECTIONS);
     run(&v, &p);
     assert_int_equal(v.nlabels, 2);
     expect_box(&v, 1, 11, 1, 23, 0, nz, label_at(&v, 1, 1, 0));
@@ -1176,6 +1196,7 @@ static void test_segment__resolution_scales_lengths(void **state)
         p16.resolution[0] = p16.resolution[1] = p16.resolution[2] = 16.0;
         p16.filter_sigma_nm = 24.0;
         p16.filter_background_nm = 80.0;
+        p16.seed_distance_nm = 2.0 * p8.seed_distance_nm; /* for the halo */
         assert_int_equal(cnx_segment_boundary_u8(img, v.size, &p8, b8), 0);
         assert_int_equal(cnx_segment_boundary_u8(img, v.size, &p16, b16), 0);
         assert_memory_equal(b8, b16, n * sizeof(*b8));
@@ -1291,7 +1312,8 @@ static void test_segment__membrane_filter_finds_dark_line(void **state)
     assert_int_equal(cnx_segment_boundary_u8(img, size, &p, b2), 0);
     assert_memory_equal(b, b2, n * sizeof(*b));
     p.mode = CNX_SEGMENT_MODE_AUTO;
-    p.resolution[2] = 40.0;
+    p.resolution[2] = 50.0;
+    assert_int_equal(cnx_segment_mode_of(&p), CNX_SEGMENT_MODE_SECTIONS);
     assert_int_equal(cnx_segment_boundary_u8(img, size, &p, b2), 0);
     assert_memory_equal(b, b2, n * sizeof(*b));
     p.resolution[2] = 4.0;
@@ -1476,6 +1498,11 @@ static void test_segment__chunk_with_halo_matches_whole(void **state)
     memcpy(p.resolution, synth->params.resolution, sizeof(p.resolution));
     p.raw_input = 1;
     p.filter_background_nm = 40.0;
+    /* the settings the numbers above were measured at (kernel version 2's
+     * first defaults): seeds 16 nm, 2 voxels */
+    p.seed_distance_nm = 16.0;
+    p.merge_threshold = 0.5;
+    p.min_size_nm3 = 32768.0;
     halo = cnx_segment_halo(&p);
     assert_int_equal(halo, 23);
     lo = c0 - halo > 0 ? c0 - halo : 0;

@@ -507,17 +507,32 @@ static void test_synth__bad_params_are_refused(void **state)
     assert_int_equal(cnx_synth_params_check(&p), CNX_EINVAL);
 }
 
-static void test_synth__tiny_volumes_still_work(void **state)
+static void hard_params(cnx_synth_params *p, uint64_t seed)
+{
+    cnx_synth_params_init(p);
+    p->shape[0] = 64;
+    p->shape[1] = 56;
+    p->shape[2] = 24;
+    p->resolution[2] = 30.0;
+    p->style = CNX_SYNTH_STYLE_HARD;
+    p->seed = seed;
+}
+
+/* Volumes smaller than a neurite still get a full labelling (1..nobjects
+ * everywhere) in the given style. */
+static void check_tiny_volumes(cnx_synth_style style)
 {
     static const int64_t shapes[][3] = {{1, 1, 1}, {3, 40, 2}, {17, 5, 9}};
     size_t k;
-    (void)state;
     for (k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
         cnx_synth_params p;
         cnx_synth *s = NULL;
         const uint64_t *gt;
         int64_t i, n = shapes[k][0] * shapes[k][1] * shapes[k][2];
-        cnx_synth_params_init(&p);
+        if (style == CNX_SYNTH_STYLE_HARD)
+            hard_params(&p, 1);
+        else
+            cnx_synth_params_init(&p);
         memcpy(p.shape, shapes[k], sizeof(p.shape));
         assert_int_equal(cnx_synth_generate(&s, &p), 0);
         assert_true(s->nobjects >= 1);
@@ -526,6 +541,12 @@ static void test_synth__tiny_volumes_still_work(void **state)
             assert_true(gt[i] >= 1 && gt[i] <= s->nobjects);
         cnx_synth_free(s);
     }
+}
+
+static void test_synth__tiny_volumes_still_work(void **state)
+{
+    (void)state;
+    check_tiny_volumes(CNX_SYNTH_STYLE_CLASSIC);
 }
 
 static int file_exists(const char *dir, const char *name)
@@ -576,7 +597,6 @@ static void test_synth__run_is_write_once(void **state)
     cnx_test_rmtree(dir);
 }
 
-
 static void test_synth__style_and_chunk_are_checked(void **state)
 {
     cnx_synth_params p;
@@ -608,17 +628,6 @@ static void test_synth__style_and_chunk_are_checked(void **state)
     assert_int_equal(style, CNX_SYNTH_STYLE_HARD);
     assert_int_equal(cnx_synth_style_parse("Hard", &style), CNX_EINVAL);
     assert_int_equal(style, CNX_SYNTH_STYLE_HARD);
-}
-
-static void hard_params(cnx_synth_params *p, uint64_t seed)
-{
-    cnx_synth_params_init(p);
-    p->shape[0] = 64;
-    p->shape[1] = 56;
-    p->shape[2] = 24;
-    p->resolution[2] = 30.0;
-    p->style = CNX_SYNTH_STYLE_HARD;
-    p->seed = seed;
 }
 
 static void test_synth__hard_style_is_deterministic_and_labels_all(void **state)
@@ -666,23 +675,8 @@ static void test_synth__hard_style_is_deterministic_and_labels_all(void **state)
 
 static void test_synth__hard_tiny_volumes_still_work(void **state)
 {
-    static const int64_t shapes[][3] = {{1, 1, 1}, {3, 40, 2}, {17, 5, 9}};
-    size_t k;
     (void)state;
-    for (k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
-        cnx_synth_params p;
-        cnx_synth *s = NULL;
-        const uint64_t *gt;
-        int64_t i, n = shapes[k][0] * shapes[k][1] * shapes[k][2];
-        hard_params(&p, 1);
-        memcpy(p.shape, shapes[k], sizeof(p.shape));
-        assert_int_equal(cnx_synth_generate(&s, &p), 0);
-        assert_true(s->nobjects >= 1);
-        gt = s->gt->data;
-        for (i = 0; i < n; i++)
-            assert_true(gt[i] >= 1 && gt[i] <= s->nobjects);
-        cnx_synth_free(s);
-    }
+    check_tiny_volumes(CNX_SYNTH_STYLE_HARD);
 }
 
 static void test_synth__run_writes_the_chunks_asked_for(void **state)

@@ -359,7 +359,7 @@ static void test_tune__params_json_reads_back_in_order(void **state)
      * filter_ridge stays, after the rows. */
     assert_string_equal(text,
                         "{\"mode\": \"sections\", \"merge_threshold\": 0.55, "
-                        "\"seed_threshold\": 0.5, \"seed_distance_nm\": 16, "
+                        "\"seed_threshold\": 0.5, \"seed_distance_nm\": 32, "
                         "\"min_size_nm3\": 45254.8, \"seed_method\": "
                         "\"minima\", \"filter_ridge\": 0.4}");
     cnx_segment_params_default(&back);
@@ -372,7 +372,7 @@ static void test_tune__params_json_reads_back_in_order(void **state)
     assert_int_equal(cnx_tune_params_json(&text, NULL, &best, &cfg), 0);
     assert_string_equal(text,
                         "{\"raw_input\": true, \"merge_threshold\": 0.55, "
-                        "\"seed_threshold\": 0.5, \"seed_distance_nm\": 16, "
+                        "\"seed_threshold\": 0.5, \"seed_distance_nm\": 32, "
                         "\"min_size_nm3\": 45254.8, \"filter_sigma_nm\": 6, "
                         "\"filter_ridge\": 0.4, \"filter_background_nm\": 100, "
                         "\"seed_method\": \"minima\"}");

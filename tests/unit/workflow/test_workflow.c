@@ -416,10 +416,11 @@ static void test_workflow__schema_agrees(void **state)
              "workflow.schema.json %s/valid.jsonl %s/invalid.jsonl "
              "%s/workflows/pyramid.json %s/workflows/pyramid3.json "
              "%s/workflows/segmentation.json %s/workflows/montage.json "
-             "%s/workflows/pipeline.json %s/workflows/synapses-gt.json",
+             "%s/workflows/pipeline.json %s/workflows/synapses-gt.json "
+             "%s/workflows/segmentation-em.json",
              py, source_dir(), source_dir(), dir, dir, source_dir(),
              source_dir(), source_dir(), source_dir(), source_dir(),
-             source_dir());
+             source_dir(), source_dir());
     rc = system(cmd);
     cnx_test_rmtree(dir);
     assert_int_equal(rc, 0);
