@@ -122,6 +122,15 @@ start_stage_worker() { # binary, stage, instance: one worker of a multi-stage bi
   PIDS+=($!)
 }
 
+start_segmentation_pool() { # [fragment workers]: the workers of workflows/segmentation*.json
+  local i
+  for i in $(seq "${1:-2}"); do start_stage_worker cnx-segment segment "seg-$i"; done
+  start_stage_worker cnx-segment segment-join join
+  start_stage_worker cnx-segment segment-relabel relabel
+  start_stage_worker cnx-mesh mesh mesh
+  start_stage_worker cnx-mesh mesh-manifest manifest
+}
+
 stop_workers() { # SIGTERM every worker start_stage_worker started, and wait
   for w in "${WORKERS[@]:-}"; do [ -n "$w" ] && kill -TERM "$w" 2>/dev/null || true; done
   for w in "${WORKERS[@]:-}"; do [ -n "$w" ] && wait "$w" 2>/dev/null || true; done

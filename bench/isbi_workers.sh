@@ -36,11 +36,7 @@ echo "derived halo of the fragments stage: $HALO voxels"
 
 start_broker 4
 start_controller
-for i in 1 2; do start_stage_worker cnx-segment segment "seg-$i"; done
-start_stage_worker cnx-segment segment-join join
-start_stage_worker cnx-segment segment-relabel relabel
-start_stage_worker cnx-mesh mesh mesh
-start_stage_worker cnx-mesh mesh-manifest manifest
+start_segmentation_pool 2
 
 t0=$SECONDS
 set +e
