@@ -610,41 +610,21 @@ static int join_edges(face_rec *recs, size_t n, int sections, edges *es)
     return rc;
 }
 
-/* A cross-face edge between fragment indices x and y, with its value. */
-typedef struct ref_edge {
-    size_t x, y;
-} ref_edge;
-
-/* Resolve edge ids to fragment indices. */
-static int resolve_edges(const edges *es, const uint64_t *all, size_t nall,
-                         ref_edge *re)
-{
-    for (size_t i = 0; i < es->n; i++) {
-        re[i].x = index_of(all, nall, es->e[i].a);
-        re[i].y = index_of(all, nall, es->e[i].b);
-        if (re[i].x == (size_t)-1 || re[i].y == (size_t)-1)
-            return cnx_error_set(CNX_ECORRUPT, 0,
-                                 "segjoin: a face names fragment %" PRIu64
-                                 " that its chunk does not list",
-                                 re[i].x == (size_t)-1 ? es->e[i].a
-                                                       : es->e[i].b);
-    }
-    return 0;
-}
-
 /*
  * The join's agglomeration: the kernel's own (steps 4 and 5 of
  * cnx/segment.h, seg__agglomerate_graph) on the graph whose nodes are the
- * chunks' fragments and whose edges are the seam edges: the lowest edge
- * merges first while below the level, a merged segment's edges to a
- * common neighbour add their sums and counts (the mean over the whole
- * seam contact), then segments under min_size join their lowest
- * neighbour. An edge seen over fewer than CNX_SEGJOIN_MIN_CONTACT face
- * pairs counts the missing pairs as membrane (255): a seam shows only a
- * cross-section of a contact, and one or two interior-looking pairs where
- * a membrane crosses it obliquely must not join two segments.
+ * chunks' fragments (node i + 1 is all[i]) and whose edges are the seam
+ * edges: the lowest edge merges first while below the level, a merged
+ * segment's edges to a common neighbour add their sums and counts (the
+ * mean over the whole seam contact), then segments under min_size join
+ * their lowest neighbour. An edge seen over fewer than
+ * CNX_SEGJOIN_MIN_CONTACT face pairs counts the missing pairs as membrane
+ * (255): a seam shows only a cross-section of a contact, and one or two
+ * interior-looking pairs where a membrane crosses it obliquely must not
+ * join two segments. parent[i]: the index of fragment i's segment's
+ * least fragment.
  */
-static int agglomerate_seams(const edges *es, const ref_edge *re,
+static int agglomerate_seams(const edges *es, const uint64_t *all,
                              const uint64_t *sizes, size_t nall,
                              uint64_t level, uint64_t min_size,
                              size_t *parent, size_t *nmerged)
@@ -656,15 +636,22 @@ static int agglomerate_seams(const edges *es, const ref_edge *re,
         rc = cnx_error_set(CNX_ETOOBIG, 0,
                            "segjoin: %zu fragments, over 2^32 - 2", nall);
     for (size_t i = 0; i < es->n && rc == 0; i++) {
+        size_t x = index_of(all, nall, es->e[i].a);
+        size_t y = index_of(all, nall, es->e[i].b);
         uint64_t sum = es->e[i].sum, count = es->e[i].n;
+        if (x == (size_t)-1 || y == (size_t)-1) {
+            rc = cnx_error_set(CNX_ECORRUPT, 0,
+                               "segjoin: a face names fragment %" PRIu64
+                               " that its chunk does not list",
+                               x == (size_t)-1 ? es->e[i].a : es->e[i].b);
+            break;
+        }
         if (count < CNX_SEGJOIN_MIN_CONTACT) {
             sum += 255u * (CNX_SEGJOIN_MIN_CONTACT - count);
             count = CNX_SEGJOIN_MIN_CONTACT;
         }
-        ge[i].a = (uint32_t)(re[i].x < re[i].y ? re[i].x : re[i].y) + 1;
-        ge[i].b = (uint32_t)(re[i].x < re[i].y ? re[i].y : re[i].x) + 1;
-        ge[i].sum = sum;
-        ge[i].count = count;
+        ge[i] = (seg_graph_edge){(uint32_t)(x < y ? x : y) + 1,
+                                 (uint32_t)(x < y ? y : x) + 1, sum, count};
     }
     if (rc == 0)
         rc = seg__agglomerate_graph((uint32_t)nall, sizes, ge, es->n, level,
@@ -684,7 +671,6 @@ int cnx_segjoin_run(const cnx_segjoin_input *in, size_t n,
     face_rec *recs = calloc(n ? n : 1, sizeof(*recs));
     uint64_t *all = NULL, *sizes = NULL;
     size_t *parent = NULL, nall = 0;
-    ref_edge *re = NULL;
     edges es = {0};
     uint64_t level = cnx_segment_merge_level(p->merge_threshold);
     int rc = 0;
@@ -704,21 +690,18 @@ int cnx_segjoin_run(const cnx_segjoin_input *in, size_t n,
         merge_edges(&es, 0);
         out->nedges = es.n;
         parent = malloc((nall ? nall : 1) * sizeof(*parent));
-        re = malloc((es.n ? es.n : 1) * sizeof(*re));
-        rc = parent && re ? resolve_edges(&es, all, nall, re) : nomem();
+        rc = parent != NULL ? 0 : nomem();
     }
-    if (rc == 0) {
-        rc = agglomerate_seams(&es, re, sizes, nall, level,
+    if (rc == 0)
+        rc = agglomerate_seams(&es, all, sizes, nall, level,
                                (uint64_t)cnx_segment_min_voxels(p), parent,
                                &out->nmerged);
-    }
     if (rc == 0)
         rc = segments(out, parent, all, sizes, nall);
     free(recs);
     free(all);
     free(sizes);
     free(parent);
-    free(re);
     free(es.e);
     if (rc != 0)
         cnx_segjoin_free(out);

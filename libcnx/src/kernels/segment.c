@@ -240,18 +240,18 @@ cnx_segment_mode cnx_segment_mode_of(const cnx_segment_params *p)
                : CNX_SEGMENT_MODE_3D;
 }
 
+/* Round a non-negative voxel count. */
+static int64_t round_vox(double v)
+{
+    return (int64_t)(v + 0.5);
+}
+
 int64_t cnx_segment_min_voxels(const cnx_segment_params *p)
 {
     double v = p->min_size_nm3 /
                (p->resolution[0] * p->resolution[1] * p->resolution[2]);
     return v >= (double)CNX_SEGMENT_MAX_VOXELS ? CNX_SEGMENT_MAX_VOXELS
-                                               : (int64_t)(v + 0.5);
-}
-
-/* Round a non-negative voxel count. */
-static int64_t round_vox(double v)
-{
-    return (int64_t)(v + 0.5);
+                                               : round_vox(v);
 }
 
 void seg__cfg(const cnx_segment_params *p, seg_cfg *c)

@@ -299,14 +299,15 @@ static int mark_z_edges(rag *r, const seg_grid *g, const uint32_t *lab)
     return 0;
 }
 
-static int rag_init(rag *r, const seg_grid *g, const seg_cfg *p,
-                    const uint8_t *q, const uint32_t *lab, uint32_t nbasins)
+/* An empty graph of nnodes nodes (1..nnodes, each its own region) with
+ * room for cap_edges edges. */
+static int rag_alloc(rag *r, uint32_t nnodes, uint64_t level, size_t cap_edges)
 {
-    const size_t nn = (size_t)nbasins + 1;
+    const size_t nn = (size_t)nnodes + 1;
     memset(r, 0, sizeof(*r));
-    r->nnodes = nbasins;
-    r->level = cnx_segment_merge_level(p->merge_threshold);
-    r->cap_edges = 1024;
+    r->nnodes = nnodes;
+    r->level = level;
+    r->cap_edges = cap_edges ? cap_edges : 1;
     r->edges = malloc(r->cap_edges * sizeof(*r->edges));
     r->nodes = calloc(nn, sizeof(*r->nodes));
     r->parent = malloc(nn * sizeof(*r->parent));
@@ -319,6 +320,16 @@ static int rag_init(rag *r, const seg_grid *g, const seg_cfg *p,
         r->parent[i] = (uint32_t)i;
         r->mark[i] = SEG_NONE;
     }
+    return 0;
+}
+
+static int rag_init(rag *r, const seg_grid *g, const seg_cfg *p,
+                    const uint8_t *q, const uint32_t *lab, uint32_t nbasins)
+{
+    int rc = rag_alloc(r, nbasins, cnx_segment_merge_level(p->merge_threshold),
+                       1024);
+    if (rc != 0)
+        return rc;
     if (build_edges(r, g, q, lab) != 0)
         return CNX_ENOMEM;
     if (g->sections && g->z_edges && mark_z_edges(r, g, lab) != 0)
@@ -555,29 +566,14 @@ int seg__agglomerate_graph(uint32_t nnodes, const uint64_t *sizes,
                            const seg_graph_edge *edges, size_t nedges,
                            uint64_t level, uint64_t min_size, uint32_t *parent)
 {
-    const size_t nn = (size_t)nnodes + 1;
     rag r;
-    int rc = 0;
-    memset(&r, 0, sizeof(r));
-    r.nnodes = nnodes;
-    r.level = level;
-    r.nedges = r.cap_edges = nedges;
-    r.edges = malloc((nedges ? nedges : 1) * sizeof(*r.edges));
-    r.nodes = calloc(nn, sizeof(*r.nodes));
-    r.parent = malloc(nn * sizeof(*r.parent));
-    r.size = calloc(nn, sizeof(*r.size));
-    r.mark = malloc(nn * sizeof(*r.mark));
-    if (r.edges == NULL || r.nodes == NULL || r.parent == NULL ||
-        r.size == NULL || r.mark == NULL)
-        rc = cnx_error_set(CNX_ENOMEM, 0, "segment: out of memory");
-    for (size_t i = 0; i < nn && rc == 0; i++) {
-        r.parent[i] = (uint32_t)i;
-        r.mark[i] = SEG_NONE;
-        r.size[i] = i == 0 ? 0 : sizes[i - 1];
-    }
+    int rc = rag_alloc(&r, nnodes, level, nedges);
+    for (uint32_t i = 1; i <= nnodes && rc == 0; i++)
+        r.size[i] = sizes[i - 1];
     for (size_t e = 0; e < nedges && rc == 0; e++)
         r.edges[e] = (seg_edge){edges[e].a, edges[e].b, edges[e].sum,
                                 edges[e].count, 0, 1, 0};
+    r.nedges = rc == 0 ? nedges : 0;
     if (rc == 0)
         rc = build_lists(&r);
     if (rc == 0)
