@@ -23,8 +23,10 @@ fail() {
     exit 1
 }
 
-"$CNX_BIN/cnx-synth" --out "$tmp/synth" --shape 96,96,48 --seed 11 --quiet \
-    >/dev/null
+# Anisotropic (8 x 8 x 16 nm): the search must run at the cube's
+# resolution, which segment_tool below takes from the layer too.
+"$CNX_BIN/cnx-synth" --out "$tmp/synth" --shape 96,96,48 --seed 11 \
+    --resolution 8,8,16 --quiet >/dev/null
 base_wf="$CNX_SOURCE/workflows/segmentation.json"
 
 # --- the boundary path ------------------------------------------------------

@@ -355,13 +355,14 @@ int main(int argc, char **argv)
         code = fail_last();
         goto done;
     }
-    cnx_segment_params_default(&base);
-    memcpy(base.resolution, data.resolution, sizeof(base.resolution));
+    /* The parse starts from the defaults (8 nm): the cube's resolution
+     * goes in after it. */
     if (cnx_segment_params_parse(&base, st->parameters) != 0) {
         code = fail_usage("workflow %s: stage %s: %s", wf_path, st->name,
                           cnx_error_last()->message);
         goto done;
     }
+    memcpy(base.resolution, data.resolution, sizeof(base.resolution));
     if (raw)
         base.raw_input = 1;
     snprintf(box_text, sizeof(box_text), "%lld,%lld,%lld,%lld,%lld,%lld",
