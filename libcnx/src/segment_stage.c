@@ -70,16 +70,11 @@ static int check_output(cnx_stage_io *io, const char *stage)
 static int parse_params(const cnx_task *task, const double resolution[3],
                         const char *stage, cnx_segment_params *p)
 {
-    int rc;
-    cnx_segment_params_default(p);
-    rc = cnx_segment_params_parse(p, task->parameters);
-    if (rc != 0)
-        return rc;
-    memcpy(p->resolution, resolution, sizeof(p->resolution));
-    if (cnx_segment_params_check(p) != 0)
+    int rc = cnx_segment_params_at(p, task->parameters, resolution);
+    if (rc == CNX_EINVAL) /* the check, at this resolution */
         return cnx_error_set(CNX_ESCHEMA, 0, "%s: %s", stage,
                              cnx_error_last()->message);
-    return 0;
+    return rc;
 }
 
 /* Boundary values in [0, 1] for the volume read. */

@@ -317,13 +317,13 @@ static int need_no_params(const cnx_plan *p, size_t s)
 static int segment_params(const cnx_plan *p, size_t s,
                           const double resolution[3], cnx_segment_params *sp)
 {
-    cnx_segment_params_default(sp);
-    if (cnx_segment_params_parse(sp, p->wf->stages[s].parameters) != 0)
-        return refuse(p, s, "%s", cnx_error_last()->message);
-    memcpy(sp->resolution, resolution, sizeof(sp->resolution));
-    if (cnx_segment_params_check(sp) != 0)
+    int rc = cnx_segment_params_at(sp, p->wf->stages[s].parameters,
+                                   resolution);
+    if (rc == CNX_EINVAL) /* the check, at this resolution */
         return refuse(p, s, "at resolution %g,%g,%g nm: %s", resolution[0],
                       resolution[1], resolution[2], cnx_error_last()->message);
+    if (rc != 0)
+        return refuse(p, s, "%s", cnx_error_last()->message);
     return 0;
 }
 

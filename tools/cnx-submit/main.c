@@ -107,16 +107,12 @@ static int segment_halo(const cnx_submit_opts *o, int64_t *halo)
         return -1;
     info = cnx_layer_get_info(layer);
     s = o->scale ? cnx_info_find_scale(info, o->scale) : 0;
-    cnx_segment_params_default(&p);
     *halo = 2;
     if (s < 0)
         rc = cnx_error_set(CNX_EINVAL, 0, "no scale '%s'", o->scale);
-    else if (cnx_segment_params_parse(&p, o->parameters) == 0) {
-        memcpy(p.resolution, info->scales[s].resolution,
-               sizeof(p.resolution));
-        if (cnx_segment_params_check(&p) == 0)
-            *halo = cnx_segment_halo(&p);
-    }
+    else if (cnx_segment_params_at(&p, o->parameters,
+                                   info->scales[s].resolution) == 0)
+        *halo = cnx_segment_halo(&p);
     if (rc == 0 && *halo > 256)
         rc = cnx_error_set(CNX_EINVAL, 0,
                            "the segment kernel needs a halo of %lld for these "

@@ -171,6 +171,19 @@ int cnx_segment_params_parse(cnx_segment_params *p, const char *json);
  */
 int cnx_segment_params_check(const cnx_segment_params *p);
 
+/**
+ * A stage's parameters at a layer's resolution, the one order that works:
+ * the defaults, json over them (cnx_segment_params_parse starts from the
+ * defaults, resolution too), resolution set, then checked.
+ * @param resolution  nm per voxel of the scale the kernel runs on
+ * @return 0; what cnx_segment_params_parse returns (CNX_ESCHEMA,
+ *         CNX_ETOOBIG); CNX_EINVAL when the check refuses the values at
+ *         this resolution (message naming the field). p is filled only
+ *         on 0.
+ */
+int cnx_segment_params_at(cnx_segment_params *p, const char *json,
+                          const double resolution[3]);
+
 /** The mode p stands for: AUTO resolved by the rule above (never AUTO). */
 cnx_segment_mode cnx_segment_mode_of(const cnx_segment_params *p);
 

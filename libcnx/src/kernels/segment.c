@@ -228,6 +228,20 @@ int cnx_segment_params_check(const cnx_segment_params *p)
     return 0;
 }
 
+int cnx_segment_params_at(cnx_segment_params *p, const char *json,
+                          const double resolution[3])
+{
+    cnx_segment_params tmp;
+    int rc = cnx_segment_params_parse(&tmp, json);
+    if (rc != 0)
+        return rc;
+    memcpy(tmp.resolution, resolution, sizeof(tmp.resolution));
+    if (cnx_segment_params_check(&tmp) != 0)
+        return CNX_EINVAL;
+    *p = tmp;
+    return 0;
+}
+
 cnx_segment_mode cnx_segment_mode_of(const cnx_segment_params *p)
 {
     double xy;

@@ -180,6 +180,30 @@ static void test_segment__defaults(void **state)
     assert_memory_equal(&p, &q, sizeof(p));
 }
 
+/* cnx_segment_params_at: defaults, the JSON, the resolution, the check. */
+static void test_segment__params_at_resolution(void **state)
+{
+    static const double res[3] = {4, 4, 40};
+    cnx_segment_params p, before;
+    (void)state;
+    assert_int_equal(
+        cnx_segment_params_at(&p, "{\"seed_distance_nm\":24}", res), 0);
+    assert_memory_equal(p.resolution, res, sizeof(res));
+    assert_true(p.seed_distance_nm == 24.0);
+    assert_true(p.merge_threshold == 0.55); /* a default */
+    before = p;
+    /* 300 nm at 4 nm is 75 voxels, over 64: the check, EINVAL */
+    assert_int_equal(
+        cnx_segment_params_at(&p, "{\"seed_distance_nm\":300}", res),
+        CNX_EINVAL);
+    assert_non_null(strstr(cnx_error_last()->message, "seed_distance_nm"));
+    assert_memory_equal(&p, &before, sizeof(p));
+    /* a parse error keeps its code */
+    assert_int_equal(cnx_segment_params_at(&p, "{\"min_size\":1}", res),
+                     CNX_ESCHEMA);
+    assert_memory_equal(&p, &before, sizeof(p));
+}
+
 static void test_segment__parse_every_key(void **state)
 {
     static const struct {
@@ -1538,6 +1562,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_segment__defaults),
+        cmocka_unit_test(test_segment__params_at_resolution),
         cmocka_unit_test(test_segment__parse_every_key),
         cmocka_unit_test(test_segment__parse_refuses_bad_values),
         cmocka_unit_test(test_segment__check_names_the_field),
