@@ -308,8 +308,8 @@ static int parse_tree(cnx_task *task, const json_t *js)
     v = json_object_get(js, "halo");
     if (v == NULL)
         task->halo = 2;
-    else if (!cnx__json_int_in(v, 0, 256))
-        return bad("halo", "must be an integer in [0, 256]");
+    else if (!cnx__json_int_in(v, 0, CNX_TASK_HALO_MAX))
+        return bad("halo", "must be an integer in [0, 256]"); /* the max */
     else
         task->halo = json_integer_value(v);
     v = json_object_get(js, "inputs");

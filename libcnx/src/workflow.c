@@ -26,6 +26,7 @@
 
 #include "cnx/error.h"
 #include "cnx/json.h"
+#include "cnx/task.h"
 #include "json_int.h"
 
 #define DESCRIPTION_MAX 4096
@@ -464,8 +465,8 @@ static int parse_stage(raw_stage *rs, const json_t *js, size_t idx)
 
     snprintf(path, sizeof(path), "%s.halo", spath);
     v = json_object_get(js, "halo");
-    if (v != NULL && !cnx__json_int_in(v, 0, 256))
-        return bad(path, "must be an integer in [0, 256]");
+    if (v != NULL && !cnx__json_int_in(v, 0, CNX_TASK_HALO_MAX))
+        return bad(path, "must be an integer in [0, 256]"); /* the max */
     /* Absent: the planner derives it from the worker's footprint. */
     st->halo_pinned = v != NULL;
     st->halo = v ? json_integer_value(v) : -1;

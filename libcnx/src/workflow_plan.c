@@ -58,7 +58,6 @@ struct cnx_plan_lattice {
 };
 
 /* The largest halo a task may carry (cnx.task/1: 0..256). */
-#define PLAN_HALO_MAX 256
 
 static int nomem(void)
 {
@@ -336,7 +335,7 @@ static int halo_segment(const cnx_plan *p, size_t s, int64_t *halo)
     if (rc != 0)
         return rc;
     *halo = cnx_segment_halo(&sp);
-    if (*halo < 0 || *halo > PLAN_HALO_MAX)
+    if (*halo < 0 || *halo > CNX_TASK_HALO_MAX)
         return refuse(p, s,
                       "the segment kernel needs a halo of %" PRId64 " voxels "
                       "for these parameters at %g,%g,%g nm, over the limit "
@@ -344,7 +343,7 @@ static int halo_segment(const cnx_plan *p, size_t s, int64_t *halo)
                       "filter_*_nm) or a coarser scale",
                       *halo, p->stages[s].in_scale.resolution[0],
                       p->stages[s].in_scale.resolution[1],
-                      p->stages[s].in_scale.resolution[2], PLAN_HALO_MAX);
+                      p->stages[s].in_scale.resolution[2], CNX_TASK_HALO_MAX);
     return 0;
 }
 
@@ -1036,7 +1035,7 @@ static int apply_rules(cnx_plan *p)
             rc = check_objects(p, s, k);
         if (rc != 0)
             return rc;
-        assert(ps->halo >= 0 && ps->halo <= PLAN_HALO_MAX);
+        assert(ps->halo >= 0 && ps->halo <= CNX_TASK_HALO_MAX);
     }
     return 0;
 }

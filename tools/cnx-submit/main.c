@@ -113,11 +113,11 @@ static int segment_halo(const cnx_submit_opts *o, int64_t *halo)
     else if (cnx_segment_params_at(&p, o->parameters,
                                    info->scales[s].resolution) == 0)
         *halo = cnx_segment_halo(&p);
-    if (rc == 0 && *halo > 256)
+    if (rc == 0 && *halo > CNX_TASK_HALO_MAX)
         rc = cnx_error_set(CNX_EINVAL, 0,
                            "the segment kernel needs a halo of %lld for these "
-                           "parameters, over 256 (give --halo)",
-                           (long long)*halo);
+                           "parameters, over %d (give --halo)",
+                           (long long)*halo, CNX_TASK_HALO_MAX);
     cnx_layer_free(layer);
     return rc == 0 ? 0 : -1;
 }
@@ -194,7 +194,7 @@ int main(int argc, char **argv)
             break;
         case O_HALO:
             if (cnx_cli_ints(optarg, &o.halo, 1) != 0 || o.halo < 0 ||
-                o.halo > 256)
+                o.halo > CNX_TASK_HALO_MAX)
                 return fail_usage("bad --halo", optarg);
             halo_set = 1;
             break;

@@ -27,6 +27,9 @@ extern "C" {
 #define CNX_TASK_MAX_INPUTS 16
 #define CNX_TASK_MAX_OBJECTS 100000
 
+/** The largest halo a task may carry, voxels. */
+#define CNX_TASK_HALO_MAX 256
+
 typedef struct cnx_task_object {
     char *name; /* object name within the input layer */
     char digest[CNX_DIGEST_LEN];
@@ -45,7 +48,8 @@ typedef struct cnx_task {
     char stage[33];         /* stage name */
     int64_t kernel_version; /* >= 1 */
     cnx_box roi;            /* the box this task writes */
-    int64_t halo;           /* extra voxels read around roi */
+    int64_t halo;           /* extra voxels read around roi, 0 ..
+                               CNX_TASK_HALO_MAX */
     size_t ninputs;
     cnx_task_input inputs[CNX_TASK_MAX_INPUTS]; /* sorted by role */
     char *output_layer;
