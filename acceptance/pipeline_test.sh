@@ -8,7 +8,9 @@
 #     tiles/truth.json: every tile within 1 px of its true position (after
 #     the section's mean translation), median pair residual < 1 px,
 #     intensity steps across seams < 5% of the mean after normalisation,
-#     the stitched sections correlated with the true ones;
+#     the stitched sections correlated with the sections as the
+#     microscope recorded them (cnx-synth distorts each section; S_z is
+#     rebuilt in numpy from tiles/sections.json);
 #     the segmentation checked by acceptance/seg_check.py (numpy +
 #     scikit-image): VI split and merge <= 0.30 against gt (CREMI
 #     convention); the same kernel on the whole volume at once within 0.02
@@ -67,7 +69,8 @@ check "pipeline: 256 montage, 8+1+8 segmentation, 8+1 mesh, 8+1 synapse tasks do
 check "montage against the truth (montage_check.py: numpy + Pillow)" \
   "$PY" "$SRC/acceptance/montage_check.py" --tiles "$DATA/tileset/tiles.json" \
   --truth "$DATA/tiles/truth.json" --layer "$DATA/stitched/v1" \
-  --image "$DATA/image" --report "$WORK/montage-report.json"
+  --image "$DATA/image" --sections "$DATA/tiles/sections.json" \
+  --report "$WORK/montage-report.json"
 # The segmentation: references computed in one process by the same kernels,
 # with the halo the planner derived for the fragments stage (the workflow
 # pins none), which is the one its tasks carried.

@@ -420,7 +420,8 @@ syn_line="(not scored)"
 if [ "$rc3" -eq 0 ]; then
   "$pysci" acceptance/montage_check.py --tiles "$out/synth/tileset/tiles.json" \
     --truth "$out/synth/tiles/truth.json" --layer "$out/synth/stitched/v1" \
-    --image "$out/synth/image" --report "$out/montage-report.json" | tee "$out/montage-check.txt" ||
+    --image "$out/synth/image" --sections "$out/synth/tiles/sections.json" \
+    --report "$out/montage-report.json" | tee "$out/montage-check.txt" ||
     problems+=("montage_check.py: the montage failed its checks")
   mont_line=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
 print("%d sections, %d tiles: position error max %.3f px, median pair residual %.3f px, seam steps %.1f%% -> %.2f%% of the mean (max)" % (d["sections"], d["tiles"], d["position_error_max"], d["residual_median"], 100 * d["step_before_max"], 100 * d["step_after_max"]))' "$out/montage-report.json" 2>/dev/null || echo "(no report)")

@@ -6,13 +6,14 @@
  * CNX_EIMMUTABLE, before any work; then it generates the volumes, writes
  * the five precomputed layers chunk by chunk (chunks of params.chunk, the
  * only thing that depends on it), gt-synapses.json, every tile
- * PNG, tiles/truth.json and last tiles/tiles.json (a reader that finds the
- * tile set finds all its tiles). Every object goes through cnx_store_put,
- * so writes are atomic and write-once and a re-run is a no-op. Documents
- * are canonical JSON. Tiles are cut, encoded and put by a few threads, one
- * section at a time; each file's bytes depend only on its section and the
- * documents are assembled in section order afterwards, so the output does
- * not depend on the thread count.
+ * PNG, tiles/sections.json (the section distortions), tiles/truth.json
+ * and last tiles/tiles.json (a reader that finds the tile set finds all
+ * its tiles); missing sections are left out of the tile set. Every object goes
+ * through cnx_store_put, so writes are atomic and write-once and a re-run is a
+ * no-op. Documents are canonical JSON. Tiles are cut, encoded and put by a few
+ * threads, one section at a time; each file's bytes depend only on its section
+ * and the documents are assembled in section order afterwards, so the output
+ * does not depend on the thread count.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -108,11 +109,54 @@ static int default_chunk(const cnx_synth_params *p)
            p->chunk[2] == CNX_SYNTH_DEFAULT_CHUNK;
 }
 
+static int cmp_i64(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* "distort": the strengths, only for distorted datasets; "missing": the
+ * sorted missing sections, only when there are some. */
+static int params_json_sections(json_t *doc, const cnx_synth_params *p)
+{
+    if (p->distort != CNX_SYNTH_DISTORT_NONE &&
+        json_object_set_new(
+            doc, "distort",
+            json_pack("{s:s, s:f, s:f, s:f, s:i, s:i, s:i}", "mode",
+                      cnx_synth_distort_name(p->distort), "translation",
+                      p->distort_translation, "rotation", p->distort_rotation,
+                      "warp", p->distort_warp, "grid", p->distort_grid,
+                      "gain_milli", p->distort_gain_milli, "offset",
+                      p->distort_offset)) != 0)
+        return -1;
+    if (p->nmissing > 0) {
+        int64_t *sorted = malloc(p->nmissing * sizeof(*sorted));
+        json_t *list = json_array();
+        size_t k;
+        int bad = sorted == NULL || list == NULL;
+        if (!bad) {
+            memcpy(sorted, p->missing, p->nmissing * sizeof(*sorted));
+            qsort(sorted, p->nmissing, sizeof(*sorted), cmp_i64);
+        }
+        for (k = 0; k < p->nmissing && !bad; k++)
+            bad = json_array_append_new(
+                      list, json_integer((json_int_t)sorted[k])) != 0;
+        free(sorted);
+        if (bad || json_object_set_new(doc, "missing", list) != 0) {
+            if (bad)
+                json_decref(list);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /*
- * synth.json. The classic style with the default chunks writes exactly the
- * document it always wrote; "style" and "chunk" appear only when they are
- * not the defaults, so that a directory made with other settings is
- * refused at once. The hard style leaves out the parameters it ignores.
+ * synth.json. The classic style with the default chunks and no distortion
+ * writes exactly the document it always wrote; "style", "chunk",
+ * "distort" and "missing" appear only when they are not the old
+ * defaults, so that a directory made with other settings is refused at
+ * once. The hard style leaves out the parameters it ignores.
  */
 static json_t *params_json(const cnx_synth_params *p)
 {
@@ -142,7 +186,8 @@ static json_t *params_json(const cnx_synth_params *p)
          json_object_set_new(
              doc, "style", json_string(cnx_synth_style_name(p->style))) != 0) ||
         (!default_chunk(p) &&
-         json_object_set_new(doc, "chunk", ivec3(p->chunk)) != 0)) {
+         json_object_set_new(doc, "chunk", ivec3(p->chunk)) != 0) ||
+        params_json_sections(doc, p) != 0) {
         json_decref(doc);
         return NULL;
     }
@@ -326,19 +371,83 @@ static const char *tile_id(char buf[80], int64_t z, int64_t r, int64_t c)
     return buf;
 }
 
-/* tiles.json (the tile set, nominal positions) and truth.json. */
+static json_t *real_array(const double *v, int64_t n)
+{
+    json_t *list = json_array();
+    int64_t i;
+    for (i = 0; i < n && list != NULL; i++) {
+        if (json_array_append_new(list, json_real(v[i])) != 0) {
+            json_decref(list);
+            list = NULL;
+        }
+    }
+    return list;
+}
+
+/* tiles/sections.json: every section's distortion (docs/synth.md). */
+static json_t *sections_json(const cnx_synth_params *p)
+{
+    json_t *list = json_array();
+    cnx_synth_section_warp wp;
+    int64_t z;
+
+    if (list == NULL)
+        return NULL;
+    for (z = 0; z < p->shape[2]; z++) {
+        json_t *item;
+        /* p was checked, z is in range: drawing cannot fail. */
+        if (cnx_synth_section_warp_draw(&wp, p, z) != 0)
+            goto fail;
+        item = json_pack(
+            "{s:I, s:f, s:[ff], s:{s:i, s:[ff], s:[ff], s:o, s:o}, s:f, s:f, "
+            "s:b}",
+            "z", (json_int_t)z, "sin", wp.sin_angle, "translation",
+            wp.translation[0], wp.translation[1], "warp", "grid", wp.grid,
+            "origin", wp.origin[0], wp.origin[1], "spacing", wp.spacing[0],
+            wp.spacing[1], "dx", real_array(wp.dx, (int64_t)wp.grid * wp.grid),
+            "dy", real_array(wp.dy, (int64_t)wp.grid * wp.grid), "gain",
+            (double)wp.gain_milli / 1000.0, "offset",
+            (double)wp.offset_milli / 1000.0, "missing",
+            cnx_synth_section_is_missing(p, z));
+        if (item == NULL || json_array_append_new(list, item) != 0)
+            goto fail;
+    }
+    return json_pack("{s:s, s:[III], s:s, s:[ff], s:o}", "format",
+                     "cnx.synth-sections/1", "shape", (json_int_t)p->shape[0],
+                     (json_int_t)p->shape[1], (json_int_t)p->shape[2],
+                     "distort", cnx_synth_distort_name(p->distort), "centre",
+                     (double)(p->shape[0] - 1) / 2.0,
+                     (double)(p->shape[1] - 1) / 2.0, "sections", list);
+fail:
+    json_decref(list);
+    return NULL;
+}
+
+/* sections.json, truth.json and tiles.json (the tile set, nominal
+ * positions); missing sections are in none but the first. */
 static int tile_documents(writer *w, const tile_job *job)
 {
     const cnx_synth_params *p = &job->synth->params;
     const cnx_synth_tile_grid *g = &job->grid;
     json_t *sections = json_array(), *truth = json_array();
-    int64_t z, r, c, k = 0;
+    int64_t z, r, c, k;
     int rc;
 
     if (sections == NULL || truth == NULL)
         goto nomem;
+    rc = put_json(w, "tiles/sections.json", sections_json(p));
+    if (rc < 0) {
+        json_decref(sections);
+        json_decref(truth);
+        return rc;
+    }
     for (z = 0; z < p->shape[2]; z++) {
-        json_t *tiles = json_array(), *ttiles = json_array();
+        json_t *tiles, *ttiles;
+        if (cnx_synth_section_is_missing(p, z))
+            continue;
+        tiles = json_array();
+        ttiles = json_array();
+        k = z * g->rows * g->cols;
         if (tiles == NULL || ttiles == NULL ||
             json_array_append_new(sections,
                                   json_pack("{s:I, s:o}", "z", (json_int_t)z,
@@ -521,7 +630,7 @@ int cnx_synth_run(const cnx_synth_params *p, const char *dir_url, int quiet,
         const cnx_synth_tile_grid g = cnx_synth_tile_layout(p);
         summary->objects = synth->nobjects;
         summary->synapses = synth->nsynapses;
-        summary->tiles = g.rows * g.cols * p->shape[2];
+        summary->tiles = g.rows * g.cols * (p->shape[2] - (int64_t)p->nmissing);
         summary->files = (int64_t)atomic_load(&w.files);
         summary->bytes = (int64_t)atomic_load(&w.bytes);
         summary->seconds = cnx_now() - start;

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # cnx-synth end to end: the same seed writes the same bytes into two
 # directories (sha256 of every file), another seed differs, the classic
-# style still writes the bytes it wrote before the hard style existed (a
-# digest recorded here), a re-run is a no-op, a directory holding another
+# style with --distort none still writes the bytes it wrote before the hard
+# style and section distortions existed (a digest recorded here), the
+# distorted default writes the same layers, its own recorded bytes and
+# only its tiles differ, a re-run is a no-op, a directory holding another
 # dataset is refused and left unchanged, bad arguments exit 2 with one line,
 # --chunk changes the chunking and nothing else, and tests/py/synth_check.py
 # reads the results with numpy/scipy/scikit-image and checks them against
@@ -27,11 +29,15 @@ digests() {
     (cd "$1" && find . -type f | LC_ALL=C sort | xargs sha256sum)
 }
 
-# Truncated edge chunks on every axis, 2x2 tiles per section.
+# Truncated edge chunks on every axis, 2x2 tiles per section. a, b and c
+# are undistorted (--distort none: the classic bytes), ad and bd the
+# distorted default.
 shape=160,144,64
-"$SYNTH" --out "$tmp/a" --shape "$shape" --seed 5 --quiet >"$tmp/a.out"
-"$SYNTH" --out "file://$tmp/b" --shape "$shape" --seed 5 --quiet >/dev/null
-"$SYNTH" --out "$tmp/c" --shape "$shape" --seed 6 --quiet >/dev/null
+"$SYNTH" --out "$tmp/a" --shape "$shape" --seed 5 --distort none --quiet >"$tmp/a.out"
+"$SYNTH" --out "file://$tmp/b" --shape "$shape" --seed 5 --distort none --quiet >/dev/null
+"$SYNTH" --out "$tmp/c" --shape "$shape" --seed 6 --distort none --quiet >/dev/null
+"$SYNTH" --out "$tmp/ad" --shape "$shape" --seed 5 --quiet >/dev/null
+"$SYNTH" --out "file://$tmp/bd" --shape "$shape" --seed 5 --distort default --quiet >/dev/null
 grep -q "objects, .* synapses, 256 tiles" "$tmp/a.out" ||
     fail "summary line: $(cat "$tmp/a.out")"
 
@@ -47,20 +53,40 @@ echo "determinism: $(wc -l <"$tmp/a.sha") files identical for seed 5, seed 6 dif
 
 # The classic style's bytes may not change within CNX_SYNTH_VERSION 1: the
 # digest of the sorted sha256 list of every file but the tile PNGs (whose
-# bytes also depend on zlib's deflate), recorded with the tool as it was
-# before the hard style and --chunk existed.
+# bytes also depend on zlib's deflate) and tiles/sections.json (which did
+# not exist then), recorded with the tool as it was before the hard style,
+# --chunk and --distort existed; --distort none writes those bytes.
 classic_digest=124344c80bb4f81091a14cc17c9933aeb34ac52de5c996f2a86966c6df83d0f5
-got=$(grep -v '\.png$' "$tmp/a.sha" | sha256sum | cut -d' ' -f1)
+got=$(grep -v -e '\.png$' -e ' \./tiles/sections\.json$' "$tmp/a.sha" | sha256sum | cut -d' ' -f1)
 [ "$got" = "$classic_digest" ] || fail "classic bytes changed: $got, want $classic_digest"
 "$SYNTH" --out "$tmp/a2" --shape "$shape" --seed 5 --style classic --chunk 128,128,128 \
-    --quiet >/dev/null
+    --distort none --quiet >/dev/null
 digests "$tmp/a2" | diff -q - "$tmp/a.sha" >/dev/null ||
     fail "--style classic --chunk 128,128,128 differs from the defaults"
 rm -rf "$tmp/a2"
 echo "classic: bytes as recorded, explicit defaults identical"
 
+# The distorted default: deterministic; the same layers, synapses,
+# tiles.json and truth.json (tile positions, gains and offsets come from
+# their own streams) as --distort none; synth.json, sections.json and every
+# tile PNG differ. Its non-PNG bytes are recorded too, so a change to the
+# distortion model shows here.
+digests "$tmp/ad" >"$tmp/ad.sha"
+digests "$tmp/bd" | diff -q - "$tmp/ad.sha" >/dev/null || fail "distorted: same seed, different bytes"
+diff <(grep -e ' \./gt/' -e ' \./image/' -e ' \./boundary/' -e ' \./cleft/' -e ' \./psd/' \
+        -e ' \./gt-synapses\.json$' -e ' \./tiles/truth\.json$' -e ' \./tiles/tiles\.json$' "$tmp/a.sha") \
+    <(grep -e ' \./gt/' -e ' \./image/' -e ' \./boundary/' -e ' \./cleft/' -e ' \./psd/' \
+        -e ' \./gt-synapses\.json$' -e ' \./tiles/truth\.json$' -e ' \./tiles/tiles\.json$' "$tmp/ad.sha") \
+    >/dev/null || fail "--distort changed a layer, the synapses or the tile positions"
+n=$(diff <(grep '\.png$' "$tmp/a.sha") <(grep '\.png$' "$tmp/ad.sha") | grep -c '^>' || true)
+[ "$n" -eq 256 ] || fail "distorted: $n of 256 tiles differ from the undistorted ones"
+distorted_digest=619cecc72f06ca654c801dfb9a0e3f577dde9932b4270523eab4fab4071752ba
+got=$(grep -v '\.png$' "$tmp/ad.sha" | sha256sum | cut -d' ' -f1)
+[ "$got" = "$distorted_digest" ] || fail "distorted bytes changed: $got, want $distorted_digest"
+echo "distorted: deterministic, bytes as recorded, layers and tile positions as undistorted"
+
 # Re-running into the same directory is a no-op success.
-"$SYNTH" --out "$tmp/a" --shape "$shape" --seed 5 --quiet >/dev/null ||
+"$SYNTH" --out "$tmp/a" --shape "$shape" --seed 5 --distort none --quiet >/dev/null ||
     fail "re-run of the same dataset failed"
 # Another dataset into it: exit 1, one line naming the conflict, no change.
 set +e
@@ -70,6 +96,14 @@ set -e
 [ "$rc" -eq 1 ] || fail "other dataset into a used directory: exit $rc, want 1"
 [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "want one error line, got: $(cat "$tmp/err")"
 grep -q "different" "$tmp/err" || fail "error does not say what: $(cat "$tmp/err")"
+digests "$tmp/a" | diff -q - "$tmp/a.sha" >/dev/null || fail "refused run changed files"
+# The distorted dataset of the same seed is another dataset too.
+set +e
+"$SYNTH" --out "$tmp/a" --shape "$shape" --seed 5 --quiet >/dev/null 2>"$tmp/err"
+rc=$?
+set -e
+[ "$rc" -eq 1 ] && grep -q "different" "$tmp/err" ||
+    fail "distorted into an undistorted directory: exit $rc, $(cat "$tmp/err")"
 digests "$tmp/a" | diff -q - "$tmp/a.sha" >/dev/null || fail "refused run changed files"
 echo "write-once: re-run ok, other dataset refused: $(cat "$tmp/err")"
 
@@ -116,7 +150,9 @@ usage_fails --out "$tmp/u" --shape 8,8,8 --chunk 64,64,-1
 [ ! -e "$tmp/u" ] || fail "a usage error created the output directory"
 "$SYNTH" --help >"$tmp/help"
 for want in "usage: cnx-synth" "--style S" "classic (default)" "hard:" \
-    "--chunk X,Y,Z" "1..4096" "(default 128,128,128)" "2..200 nm"; do
+    "--chunk X,Y,Z" "1..4096" "(default 128,128,128)" "2..200 nm" \
+    "--distort D" "default (the default)" "none:" "tiles/sections.json" \
+    "--missing Z[,Z...]"; do
     grep -qF -- "$want" "$tmp/help" || fail "--help lacks '$want'"
 done
 echo "usage errors: exit 2 with one line each"
@@ -157,7 +193,7 @@ n=$(find "$tmp/hc/boundary" -type f | wc -l)
     diff -q - "$tmp/ht.sha" >/dev/null || fail "--chunk changed tiles or synapses"
 echo "hard style: deterministic, $(wc -l <"$tmp/h.sha") files; --chunk changes the chunks only"
 
-"$PY" "$SRC/tests/py/synth_check.py" "$tmp/a" "$tmp/d" "$tmp/h" "$tmp/hi"
+"$PY" "$SRC/tests/py/synth_check.py" "$tmp/a" "$tmp/ad" "$tmp/d" "$tmp/h" "$tmp/hi"
 "$PY" "$SRC/tests/py/synth_check.py" --same-voxels "$tmp/a" "$tmp/ac"
 "$PY" "$SRC/tests/py/synth_check.py" --same-voxels "$tmp/h" "$tmp/hc"
 "$PY" "$SRC/tests/py/synth_check.py" --same-physics "$tmp/h" "$tmp/hi"

@@ -13,7 +13,9 @@ docs/synth.md promises. Classic style: every voxel labelled 1..N, each
 object one 6-connected component and mostly not convex, dark membranes, a
 boundary map high on membranes, synapse partners where gt-synapses.json
 says, cleft and PSD maps at the synapses, and each tile equal to gain *
-section + offset within the noise at its true position. Hard style (see
+section + offset within the noise at its true position, the section being
+S_z as tests/py/synth_sections.py rebuilds it from tiles/sections.json
+(the image's section itself for --distort none). Hard style (see
 check_hard): the same labelling rules, radii in nm measured with scipy's
 distance transform at the dataset's resolution, radius changing along
 objects, non-convex objects, and a boundary map with gaps, false membranes,
@@ -36,6 +38,7 @@ from skimage import io
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
+import synth_sections  # noqa: E402  S_z from tiles/sections.json, numpy only
 try:
     import cseg_ref  # independent compressed_segmentation codec
     cseg_ref.decode  # (data, dtype, (sx, sy, sz), block, channels)
@@ -217,6 +220,12 @@ def grid_pos(i, n, extent, side):
 def check_tiles(root, image, resolution):
     ts = load_json(os.path.join(root, "tiles", "tiles.json"))
     truth = load_json(os.path.join(root, "tiles", "truth.json"))
+    # Tiles are cut from S_z, the section as the microscope recorded it
+    # (tests/py/synth_sections.py rebuilds it from tiles/sections.json).
+    secdoc = synth_sections.load(os.path.join(root, "tiles", "sections.json"))
+    check(secdoc["shape"] == [image.shape[2], image.shape[1], image.shape[0]],
+          "sections.json: shape")
+    missing = {e["z"] for e in secdoc["sections"] if e["missing"]}
     check(ts.get("format") == "cnx.tileset/1" and ts.get("dtype") == "uint8",
           "tiles.json: format or dtype")
     check(sorted(ts) == ["dtype", "format", "resolution", "sections"], "tiles.json: keys")
@@ -224,8 +233,9 @@ def check_tiles(root, image, resolution):
           "tiles.json: resolution")
     check(truth.get("format") == "cnx.tileset-truth/1", "truth.json: format")
     sz, sy, sx = image.shape
-    check([s["z"] for s in ts["sections"]] == list(range(sz)), "tiles.json: sections")
-    check([s["z"] for s in truth["sections"]] == list(range(sz)), "truth.json: sections")
+    present = [z for z in range(sz) if z not in missing]
+    check([s["z"] for s in ts["sections"]] == present, "tiles.json: sections")
+    check([s["z"] for s in truth["sections"]] == present, "truth.json: sections")
     ntiles = 0
     worst = 0
     for sec, tsec in zip(ts["sections"], truth["sections"]):
@@ -237,6 +247,9 @@ def check_tiles(root, image, resolution):
         cols = len(tiles) // rows
         check(rows * cols == len(tiles), "z %d: not a full grid" % z)
         covered = np.zeros((sy, sx), dtype=bool)
+        section = synth_sections.distort_section(image[z], secdoc["by_z"][z], secdoc["shape"])
+        if secdoc["distort"] == "none":
+            check(np.array_equal(section, image[z]), "z %d: distort none, S_z != I_z" % z)
         for k, (t, tt) in enumerate(zip(tiles, ttiles)):
             r, c = divmod(k, cols)
             tid = "z%05d-r%02d-c%02d" % (z, r, c)
@@ -251,7 +264,7 @@ def check_tiles(root, image, resolution):
             check(0.85 <= gain <= 1.15 and -15 <= off <= 15, tid + ": gain/offset")
             px = io.imread(os.path.join(root, "tiles", t["file"]))
             check(px.dtype == np.uint8 and px.shape == (h, w), tid + ": PNG %r %s" % (px.shape, px.dtype))
-            want = gain * image[z, y:y + h, x:x + w].astype(np.float64) + off
+            want = gain * section[y:y + h, x:x + w].astype(np.float64) + off
             ok = (want >= 3) & (want <= 252)  # not clamped
             err = np.abs(px.astype(np.float64) - want)[ok]
             if err.size:
@@ -270,9 +283,11 @@ def check_tiles(root, image, resolution):
                 check(pos[k][0] + w - pos[k + 1][0] >= 0.15 * w, "z %d: x overlap" % z)
             if r + 1 < rows:
                 check(pos[k][1] + h - pos[k + cols][1] >= 0.15 * h, "z %d: y overlap" % z)
-    pngs = sum(len(files) for _, _, files in os.walk(os.path.join(root, "tiles"))) - 2
+    pngs = sum(len([f for f in files if f.endswith(".png")])
+               for _, _, files in os.walk(os.path.join(root, "tiles")))
     check(pngs == ntiles, "tiles: %d files for %d tiles" % (pngs, ntiles))
-    print("tiles: %d in %d sections, worst pixel error %.2f" % (ntiles, sz, worst))
+    print("tiles: %d in %d sections (distort %s, missing %s), worst pixel error %.2f"
+          % (ntiles, len(present), secdoc["distort"], sorted(missing), worst))
 
 
 # ---- hard style ----------------------------------------------------------

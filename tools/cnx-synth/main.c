@@ -23,7 +23,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: cnx-synth --out DIR --shape X,Y,Z [--seed N]\n"
             "                 [--resolution X,Y,Z] [--style classic|hard]\n"
-            "                 [--chunk X,Y,Z] [--quiet]\n"
+            "                 [--chunk X,Y,Z] [--distort none|default]\n"
+            "                 [--missing Z[,Z...]] [--quiet]\n"
             "\n"
             "Write a synthetic EM dataset with ground truth under DIR: the\n"
             "precomputed layers gt (uint64 segmentation), image, boundary,\n"
@@ -47,6 +48,18 @@ static void usage(FILE *out)
             "                       (fixed strengths, docs/synth.md)\n"
             "  --chunk X,Y,Z        chunk size of every layer, 1..%d each\n"
             "                       (default %d,%d,%d); voxels do not change\n"
+            "  --distort D          default (the default): each section is\n"
+            "                       recorded as a microscope does before its\n"
+            "                       tiles are cut: rotated (sin up to 0.01),\n"
+            "                       shifted (up to 12 px per axis), warped\n"
+            "                       (6x6 cubic B-spline, up to 1.5 px) and\n"
+            "                       its intensity drifted (gain 0.9..1.1,\n"
+            "                       offset -10..10); none: tiles cut from the\n"
+            "                       image itself (the bytes of earlier\n"
+            "                       versions). Either way tiles/sections.json\n"
+            "                       holds every section's true transform\n"
+            "  --missing Z[,Z...]   sections with no tiles at all (lost\n"
+            "                       sections), each 0..Z-1, not all of them\n"
             "  --quiet              no progress bar\n"
             "  --help               this text\n"
             "\n"
@@ -123,6 +136,25 @@ static int parse_resolution(const char *text, double out[3])
     return 0;
 }
 
+/* "Z[,Z...]": up to CNX_SYNTH_MISSING_MAX integers 0..max-1 into out. */
+static int parse_missing(const char *text, int64_t max, int64_t *out,
+                         size_t *count)
+{
+    const char *p = text;
+    *count = 0;
+    for (;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (*count >= CNX_SYNTH_MISSING_MAX ||
+            parse_int(p, len, 0, max - 1, &out[*count]) != 0)
+            return -1;
+        (*count)++;
+        if (end == NULL)
+            return 0;
+        p = end + 1;
+    }
+}
+
 static int parse_seed(const char *text, uint64_t *out)
 {
     unsigned long long v;
@@ -139,9 +171,10 @@ static int parse_seed(const char *text, uint64_t *out)
 
 int main(int argc, char **argv)
 {
-    static const char *const valued[] = {"--out",   "--shape",
-                                         "--seed",  "--resolution",
-                                         "--style", "--chunk"};
+    static const char *const valued[] = {
+        "--out",   "--shape", "--seed",    "--resolution",
+        "--style", "--chunk", "--distort", "--missing"};
+    static int64_t missing[CNX_SYNTH_MISSING_MAX];
     enum { NVALUED = sizeof(valued) / sizeof(valued[0]) };
     const char *values[NVALUED] = {NULL};
     cnx_synth_params params;
@@ -198,6 +231,18 @@ int main(int argc, char **argv)
         return bad_usage("--chunk '%.100s' is not three integers 1..4096 "
                          "joined by commas",
                          values[5]);
+    if (values[6] != NULL &&
+        cnx_synth_distort_parse(values[6], &params.distort) != 0)
+        return bad_usage("--distort '%.100s' is not none or default",
+                         values[6]);
+    if (values[7] != NULL) {
+        if (parse_missing(values[7], params.shape[2], missing,
+                          &params.nmissing) != 0)
+            return bad_usage("--missing '%.100s' is not sections 0..Z-1 "
+                             "joined by commas",
+                             values[7]);
+        params.missing = missing;
+    }
     if (cnx_synth_params_check(&params) != 0)
         return bad_usage("%s", cnx_error_last()->message);
 

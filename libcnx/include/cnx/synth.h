@@ -73,6 +73,36 @@ const char *cnx_synth_style_name(cnx_synth_style style);
 int cnx_synth_style_parse(const char *name, cnx_synth_style *out);
 
 /**
+ * How cnx_synth_tiles records each section (docs/synth.md, "Section
+ * distortions"): as the true section of the image, or distorted as a
+ * microscope does (a rigid motion, a smooth non-rigid warp and an
+ * intensity drift per section).
+ */
+typedef enum cnx_synth_distort {
+    /* Tiles are cut from the image's sections themselves: the bytes of
+     * the tile set before distortions existed. */
+    CNX_SYNTH_DISTORT_NONE = 0,
+    /* Tiles are cut from S_z = drift(I_z(U_z(p))), with U_z drawn per
+     * section from the distort_* strengths. */
+    CNX_SYNTH_DISTORT_DEFAULT = 1,
+} cnx_synth_distort;
+
+/** @return "none" or "default" (NULL for an unknown value). */
+const char *cnx_synth_distort_name(cnx_synth_distort distort);
+
+/**
+ * Parse a name as cnx_synth_distort_name writes it.
+ * @return 0; CNX_EINVAL for any other text (out unchanged).
+ */
+int cnx_synth_distort_parse(const char *name, cnx_synth_distort *out);
+
+/** Largest control grid of the section warp, points per axis. */
+#define CNX_SYNTH_WARP_GRID_MAX 16
+
+/** Largest number of sections a dataset may leave out (--missing). */
+#define CNX_SYNTH_MISSING_MAX 4096
+
+/**
  * Progress callback: done of total units of generation work (total is the
  * same on every call, done never decreases). Called from the generating
  * thread only.
@@ -99,12 +129,32 @@ typedef struct cnx_synth_params {
     int tile_overlap_percent; /* minimum overlap of neighbours, % (15) */
     int tile_jitter;          /* true position = grid +- this, pixels (3) */
     int tile_nominal_error;   /* nominal = true +- this, pixels (20) */
+    /* Section distortions (docs/synth.md); the strengths apply only with
+     * CNX_SYNTH_DISTORT_DEFAULT. */
+    cnx_synth_distort distort;  /* (CNX_SYNTH_DISTORT_DEFAULT) */
+    double distort_translation; /* tmax: t_z per axis in +-this, px (12),
+                                   0..1000 */
+    double distort_rotation;    /* smax: sin of the angle in +-this (0.01),
+                                   0..0.5 */
+    double distort_warp;        /* amax: control displacements in +-this
+                                   per axis, px (1.5), 0..100 */
+    int distort_grid;           /* G: G x G control points (6), 4..
+                                   CNX_SYNTH_WARP_GRID_MAX */
+    int distort_gain_milli;     /* gain in 1 +- this / 1000 (100), 0..500 */
+    int distort_offset;         /* offset in +-this gray levels (10),
+                                   0..100 */
+    /* Sections that get no tiles at all (a lost section), in any order,
+     * each in 0..shape[2]-1, no repeats, not every section; borrowed
+     * (cnx_synth_generate keeps a copy). NULL / 0: none (the default). */
+    const int64_t *missing;
+    size_t nmissing;
     cnx_synth_progress_fn progress; /* optional */
     void *progress_ctx;
 } cnx_synth_params;
 
 /** Fill p with the defaults above, shape 256^3, seed 1, resolution 8 nm,
- *  classic style, 128^3 chunks: today's dataset. */
+ *  classic style, 128^3 chunks, distorted sections, none missing:
+ *  today's dataset. */
 void cnx_synth_params_init(cnx_synth_params *p);
 
 /**
@@ -112,8 +162,10 @@ void cnx_synth_params_init(cnx_synth_params *p);
  * @return 0; CNX_EINVAL for a non-positive extent or resolution, a seed
  *         over 2^63 - 1, an unknown style, a hard-style resolution outside
  *         CNX_SYNTH_HARD_RES_MIN..MAX, a chunk extent outside
- *         1..CNX_SYNTH_MAX_CHUNK, or inconsistent radii, spacing or tile
- *         settings;
+ *         1..CNX_SYNTH_MAX_CHUNK, inconsistent radii, spacing or tile
+ *         settings, an unknown distort value or a strength out of its
+ *         range, a missing section outside the volume or repeated, or
+ *         every section missing;
  *         CNX_ERANGE for an extent over CNX_SYNTH_MAX_SIDE; CNX_ETOOBIG for
  *         more than CNX_SYNTH_MAX_VOXELS voxels. The message names the
  *         field.
@@ -156,6 +208,8 @@ typedef struct cnx_synth {
     uint64_t nobjects;
     cnx_synth_synapse *synapses;
     size_t nsynapses;
+    int64_t *missing; /* owned copy of the missing sections;
+                         params.missing points at it */
 } cnx_synth;
 
 /**
@@ -196,9 +250,13 @@ typedef struct cnx_synth_tile {
 } cnx_synth_tile;
 
 /**
- * Cut section z of synth->image into tiles, in row-major (row, col) order:
- * pixel = clamp(round(gain * image) + offset + noise, 0, 255), with noise
- * uniform in -2..2. Sections are independent: any z, in any order, from
+ * Cut section z into tiles, in row-major (row, col) order:
+ * pixel = clamp(round(gain * section) + offset + noise, 0, 255), with noise
+ * uniform in -2..2, where section is S_z (cnx_synth_distort_section of
+ * synth->image's section z with the warp cnx_synth_section_warp_draw
+ * gives) with CNX_SYNTH_DISTORT_DEFAULT, and the image's section itself
+ * with CNX_SYNTH_DISTORT_NONE. A missing section gives no tiles (*out
+ * NULL, *count 0). Sections are independent: any z, in any order, from
  * any thread gives the same tiles.
  * @param[out] out    array of count tiles; free with cnx_synth_tiles_free()
  * @return 0; CNX_EINVAL if z is outside the volume; CNX_ENOMEM.
@@ -208,6 +266,73 @@ int cnx_synth_tiles(cnx_synth_tile **out, size_t *count, const cnx_synth *synth,
 
 /** Free tiles from cnx_synth_tiles. Accepts NULL. */
 void cnx_synth_tiles_free(cnx_synth_tile *tiles, size_t count);
+
+/** @return 1 if section z is one of p->missing, else 0. */
+int cnx_synth_section_is_missing(const cnx_synth_params *p, int64_t z);
+
+/**
+ * The distortion of one section (docs/synth.md, "Section distortions"):
+ * the map U_z from section pixel coordinates p (what the microscope
+ * recorded; pixel centres at integers) to true volume coordinates,
+ *
+ *   U_z(p) = centre + R (p - centre) + translation + w(p),
+ *
+ * R the rotation with sin sin_angle and cos cos_angle = sqrt(1 - sin^2),
+ * w a uniform cubic B-spline over grid x grid control points at
+ * origin + (i, j) * spacing with displacements (dx, dy)[j * grid + i];
+ * and the intensity drift v' = clamp(round(v * gain + offset), 0, 255),
+ * gain = gain_milli / 1000, offset = offset_milli / 1000.
+ * Plain data: a caller may fill one by hand.
+ */
+typedef struct cnx_synth_section_warp {
+    int64_t width;    /* W, section pixels */
+    int64_t height;   /* H */
+    double centre[2]; /* ((W - 1) / 2, (H - 1) / 2) */
+    double sin_angle; /* s_z */
+    double cos_angle; /* sqrt(1 - s_z^2) */
+    double translation[2];
+    int grid;          /* G, 4..CNX_SYNTH_WARP_GRID_MAX */
+    double origin[2];  /* (-spacing x, -spacing y) */
+    double spacing[2]; /* (max(W - 1, 1) / (G - 3), likewise for H) */
+    double dx[CNX_SYNTH_WARP_GRID_MAX * CNX_SYNTH_WARP_GRID_MAX];
+    double dy[CNX_SYNTH_WARP_GRID_MAX * CNX_SYNTH_WARP_GRID_MAX];
+    int gain_milli;   /* 1000: no gain change */
+    int offset_milli; /* 0: no offset */
+} cnx_synth_section_warp;
+
+/**
+ * Draw the distortion of section z of a dataset with parameters p (its
+ * seed, section size shape[0] x shape[1], distort and strengths), from the
+ * section's own random stream: the same (p, z) always gives the same
+ * warp, whatever else is drawn. With CNX_SYNTH_DISTORT_NONE the identity
+ * (no rotation, translation or warp, gain 1, offset 0). Missing sections
+ * get a warp too (cnx_synth_tiles does not use it).
+ * @param[out] out  the warp
+ * @return 0; as cnx_synth_params_check; CNX_EINVAL if z is outside
+ *         0..shape[2]-1.
+ */
+int cnx_synth_section_warp_draw(cnx_synth_section_warp *out,
+                                const cnx_synth_params *p, int64_t z);
+
+/**
+ * U_z: where section pixel coordinates (px, py) lie in the true section,
+ * (*tx, *ty). Defined for any real (px, py); the spline's end segments
+ * extend outside [0, W-1] x [0, H-1]. Pure, thread-safe.
+ */
+void cnx_synth_section_map(const cnx_synth_section_warp *w, double px,
+                           double py, double *tx, double *ty);
+
+/**
+ * S_z from the true section I_z: out(p) = drift(round(I_z(U_z(p)))),
+ * I_z sampled bilinearly with mirror padding (reflection about the first
+ * and last pixel, which are not repeated), rounded half up, then the
+ * intensity drift. in and out are w->width x w->height, x fastest, and
+ * must not overlap. The identity warp gives out == in exactly. Each
+ * pixel's U_z is bit-identical to cnx_synth_section_map's.
+ * @return 0; CNX_ENOMEM (out is then undefined).
+ */
+int cnx_synth_distort_section(uint8_t *out, const uint8_t *in,
+                              const cnx_synth_section_warp *w);
 
 /** What cnx_synth_run did. */
 typedef struct cnx_synth_summary {

@@ -66,6 +66,29 @@ int cnx_synth_style_parse(const char *name, cnx_synth_style *out)
                          "synth: style '%.64s' is not classic or hard", name);
 }
 
+static const char *const distort_names[] = {"none", "default"};
+
+const char *cnx_synth_distort_name(cnx_synth_distort distort)
+{
+    if ((int)distort < 0 ||
+        (size_t)distort >= sizeof(distort_names) / sizeof(distort_names[0]))
+        return NULL;
+    return distort_names[distort];
+}
+
+int cnx_synth_distort_parse(const char *name, cnx_synth_distort *out)
+{
+    size_t k;
+    for (k = 0; k < sizeof(distort_names) / sizeof(distort_names[0]); k++) {
+        if (strcmp(name, distort_names[k]) == 0) {
+            *out = (cnx_synth_distort)k;
+            return 0;
+        }
+    }
+    return cnx_error_set(CNX_EINVAL, 0,
+                         "synth: distort '%.64s' is not none or default", name);
+}
+
 void cnx_synth__metric(synth_metric *m, const cnx_synth_params *p)
 {
     int i;
@@ -104,6 +127,73 @@ void cnx_synth_params_init(cnx_synth_params *p)
     p->tile_overlap_percent = 15;
     p->tile_jitter = 3;
     p->tile_nominal_error = 20;
+    p->distort = CNX_SYNTH_DISTORT_DEFAULT;
+    p->distort_translation = 12.0;
+    p->distort_rotation = 0.01;
+    p->distort_warp = 1.5;
+    p->distort_grid = 6;
+    p->distort_gain_milli = 100;
+    p->distort_offset = 10;
+    p->missing = NULL;
+    p->nmissing = 0;
+}
+
+/* The distortion settings and the missing sections. */
+static int check_sections(const cnx_synth_params *p)
+{
+    uint64_t seen[CNX_SYNTH_MAX_SIDE / 64] = {0}; /* one bit per section */
+    size_t k;
+    if (cnx_synth_distort_name(p->distort) == NULL)
+        return cnx_error_set(CNX_EINVAL, 0, "synth: unknown distort %d",
+                             (int)p->distort);
+    /* The comparisons also reject NaN. */
+    if (!(p->distort_translation >= 0.0 && p->distort_translation <= 1000.0))
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "synth: distort_translation is not within "
+                             "0..1000 px");
+    if (!(p->distort_rotation >= 0.0 && p->distort_rotation <= 0.5))
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "synth: distort_rotation is not within 0..0.5");
+    if (!(p->distort_warp >= 0.0 && p->distort_warp <= 100.0))
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "synth: distort_warp is not within 0..100 px");
+    if (p->distort_grid < 4 || p->distort_grid > CNX_SYNTH_WARP_GRID_MAX)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "synth: distort_grid %d is not within 4..%d",
+                             p->distort_grid, CNX_SYNTH_WARP_GRID_MAX);
+    if (p->distort_gain_milli < 0 || p->distort_gain_milli > 500)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "synth: distort_gain_milli %d is not within "
+                             "0..500",
+                             p->distort_gain_milli);
+    if (p->distort_offset < 0 || p->distort_offset > 100)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "synth: distort_offset %d is not within 0..100",
+                             p->distort_offset);
+    if (p->nmissing > 0 && p->missing == NULL)
+        return cnx_error_set(CNX_EINVAL, 0, "synth: missing is NULL");
+    if (p->nmissing > CNX_SYNTH_MISSING_MAX)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "synth: more than %d missing sections",
+                             CNX_SYNTH_MISSING_MAX);
+    for (k = 0; k < p->nmissing; k++) {
+        if (p->missing[k] < 0 || p->missing[k] >= p->shape[2])
+            return cnx_error_set(CNX_EINVAL, 0,
+                                 "synth: missing section %lld is outside "
+                                 "0..%lld",
+                                 (long long)p->missing[k],
+                                 (long long)p->shape[2] - 1);
+        /* shape[2] <= CNX_SYNTH_MAX_SIDE was checked before. */
+        if (seen[p->missing[k] / 64] >> (p->missing[k] % 64) & 1)
+            return cnx_error_set(CNX_EINVAL, 0,
+                                 "synth: missing section %lld given twice",
+                                 (long long)p->missing[k]);
+        seen[p->missing[k] / 64] |= UINT64_C(1) << (p->missing[k] % 64);
+    }
+    /* Distinct and in range, so nmissing == shape[2] means all of them. */
+    if ((int64_t)p->nmissing >= p->shape[2])
+        return cnx_error_set(CNX_EINVAL, 0, "synth: every section is missing");
+    return 0;
 }
 
 int cnx_synth_params_check(const cnx_synth_params *p)
@@ -185,7 +275,7 @@ int cnx_synth_params_check(const cnx_synth_params *p)
         return cnx_error_set(CNX_EINVAL, 0,
                              "synth: tile_nominal_error %d is out of range",
                              p->tile_nominal_error);
-    return 0;
+    return check_sections(p);
 }
 
 void cnx_synth_free(cnx_synth *synth)
@@ -198,6 +288,7 @@ void cnx_synth_free(cnx_synth *synth)
     cnx_volume_free(synth->cleft);
     cnx_volume_free(synth->psd);
     free(synth->synapses);
+    free(synth->missing);
     free(synth);
 }
 
@@ -333,6 +424,17 @@ int cnx_synth_generate(cnx_synth **out, const cnx_synth_params *p)
     synth->params = *p;
     synth->params.progress = NULL;
     synth->params.progress_ctx = NULL;
+    synth->params.missing = NULL;
+    if (p->nmissing > 0) {
+        synth->missing = malloc(p->nmissing * sizeof(*synth->missing));
+        if (synth->missing == NULL) {
+            rc = cnx_error_set(CNX_ENOMEM, 0, "synth: out of memory");
+            goto done;
+        }
+        memcpy(synth->missing, p->missing,
+               p->nmissing * sizeof(*synth->missing));
+        synth->params.missing = synth->missing;
+    }
 
     if (p->style == CNX_SYNTH_STYLE_HARD)
         rc = generate_hard(synth, label, &d, p, &box);

@@ -45,6 +45,8 @@ enum {
     SYNTH_STREAM_HARD_BOUNDARY_NOISE = 24,
     SYNTH_STREAM_HARD_CLEFT_NOISE = 25,
     SYNTH_STREAM_HARD_PSD_NOISE = 26,
+    /* Both styles: section distortions (synth_sections.c). */
+    SYNTH_STREAM_SECTIONS = 27, /* + section index << 8 */
 };
 
 typedef struct synth_rng {

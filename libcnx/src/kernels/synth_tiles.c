@@ -9,9 +9,11 @@
  * columns, so the tiles cover every pixel; its nominal position (what a
  * microscope stage would report) is the true one plus up to
  * +-tile_nominal_error. Its pixels are the section's, times a per-tile
- * gain, plus a per-tile offset and uniform noise in -2..2. Draws come from
- * a stream per section, so sections can be cut in any order or in
- * parallel.
+ * gain, plus a per-tile offset and uniform noise in -2..2. The section
+ * they are cut from is the image's, distorted as a microscope does
+ * (synth_sections.c) unless params.distort is none; a missing section has
+ * no tiles. Draws come from a stream per section, so sections can be cut
+ * in any order or in parallel.
  */
 #include <stdlib.h>
 
@@ -73,6 +75,7 @@ int cnx_synth_tiles(cnx_synth_tile **out, size_t *count, const cnx_synth *synth,
     const uint64_t key = cnx_synth__hash_key(p->seed, SYNTH_STREAM_TILE_NOISE +
                                                           ((uint64_t)z << 8));
     const uint8_t *plane;
+    uint8_t *distorted = NULL;
     cnx_synth_tile *tiles;
     int64_t r, c, px, py;
     size_t k = 0;
@@ -84,10 +87,29 @@ int cnx_synth_tiles(cnx_synth_tile **out, size_t *count, const cnx_synth *synth,
         return cnx_error_set(CNX_EINVAL, 0,
                              "synth: section %lld is outside 0..%lld",
                              (long long)z, (long long)p->shape[2] - 1);
+    if (cnx_synth_section_is_missing(p, z))
+        return 0;
     plane = (const uint8_t *)synth->image->data + z * sx * sy;
+    if (p->distort != CNX_SYNTH_DISTORT_NONE) {
+        cnx_synth_section_warp warp;
+        int rc = cnx_synth_section_warp_draw(&warp, p, z);
+        if (rc < 0)
+            return rc;
+        distorted = malloc((size_t)(sx * sy));
+        if (distorted == NULL)
+            return cnx_error_set(CNX_ENOMEM, 0, "synth: out of memory");
+        rc = cnx_synth_distort_section(distorted, plane, &warp);
+        if (rc < 0) {
+            free(distorted);
+            return rc;
+        }
+        plane = distorted;
+    }
     tiles = calloc((size_t)(g.rows * g.cols), sizeof(*tiles));
-    if (tiles == NULL)
+    if (tiles == NULL) {
+        free(distorted);
         return cnx_error_set(CNX_ENOMEM, 0, "synth: out of memory");
+    }
     cnx_synth__rng_init(&rng, p->seed, SYNTH_STREAM_TILES + ((uint64_t)z << 8));
     for (r = 0; r < g.rows; r++) {
         for (c = 0; c < g.cols; c++, k++) {
@@ -122,6 +144,7 @@ int cnx_synth_tiles(cnx_synth_tile **out, size_t *count, const cnx_synth *synth,
             t->pixels = malloc((size_t)(g.width * g.height));
             if (t->pixels == NULL) {
                 cnx_synth_tiles_free(tiles, (size_t)(g.rows * g.cols));
+                free(distorted);
                 return cnx_error_set(CNX_ENOMEM, 0, "synth: out of memory");
             }
             for (py = 0; py < g.height; py++) {
@@ -139,6 +162,7 @@ int cnx_synth_tiles(cnx_synth_tile **out, size_t *count, const cnx_synth *synth,
             }
         }
     }
+    free(distorted);
     *out = tiles;
     *count = k;
     return 0;

@@ -1,13 +1,17 @@
 /*
  * Synthetic dataset kernel: determinism, the shape of the objects, the
  * appearance of each layer, synapse ground truth, montage tiles, parameter
- * checks, and the writer's write-once behaviour. One dataset of 96x80x48
+ * checks, section distortions (the warp draws, the map against an
+ * independent B-spline, S_z against the image sampled at U_z, the drift,
+ * --distort none, missing sections), and the writer's write-once
+ * behaviour. One dataset of 96x80x48
  * is generated once for the read-only tests. The hard style and --chunk
  * get their own small tests here; tests/py/synth_check.py measures the
  * hard style's geometry and maps (tests/integration/synth.sh).
  */
 #include "cnx_test.h"
 
+#include <math.h>
 #include <sys/stat.h>
 
 #include "cnx/error.h"
@@ -392,6 +396,21 @@ static void test_synth__psd_lies_on_the_post_side(void **state)
     }
 }
 
+/* Section z as recorded (S_z), with the dataset's distortion; caller
+ * frees. */
+static uint8_t *recorded_section(const cnx_synth *s, int64_t z)
+{
+    cnx_synth_section_warp w;
+    uint8_t *out = malloc(SX * SY);
+    assert_non_null(out);
+    assert_int_equal(cnx_synth_section_warp_draw(&w, &s->params, z), 0);
+    assert_int_equal(
+        cnx_synth_distort_section(
+            out, (const uint8_t *)s->image->data + z * SX * SY, &w),
+        0);
+    return out;
+}
+
 static void test_synth__tiles_cover_the_section_near_their_truth(void **state)
 {
     const cnx_synth_params *p = &shared->params;
@@ -399,9 +418,9 @@ static void test_synth__tiles_cover_the_section_near_their_truth(void **state)
     const int64_t zs[3] = {0, SZ / 2, SZ - 1};
     int i;
     (void)state;
+    assert_int_equal(p->distort, CNX_SYNTH_DISTORT_DEFAULT);
     for (i = 0; i < 3; i++) {
-        const uint8_t *plane =
-            (const uint8_t *)shared->image->data + zs[i] * SX * SY;
+        uint8_t *plane = recorded_section(shared, zs[i]);
         cnx_synth_tile *tiles = NULL;
         size_t count = 0, k;
         uint8_t *covered = calloc(SX * SY, 1);
@@ -432,7 +451,339 @@ static void test_synth__tiles_cover_the_section_near_their_truth(void **state)
             assert_true(covered[px]);
         cnx_synth_tiles_free(tiles, count);
         free(covered);
+        free(plane);
     }
+}
+
+/* Section distortions (docs/synth.md, "Section distortions"). */
+
+static int file_exists(const char *dir, const char *name);
+
+static void test_synth__distort_none_cuts_tiles_from_the_image(void **state)
+{
+    cnx_synth alt = *shared; /* shares the volumes; params differ */
+    cnx_synth_section_warp w;
+    cnx_synth_tile *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0, k;
+    const uint8_t *plane = (const uint8_t *)shared->image->data + 7 * SX * SY;
+    uint8_t *out = malloc(SX * SY);
+    int64_t px, py;
+    (void)state;
+    assert_non_null(out);
+    alt.params.distort = CNX_SYNTH_DISTORT_NONE;
+    /* The identity: no rotation, translation, warp or drift. */
+    assert_int_equal(cnx_synth_section_warp_draw(&w, &alt.params, 7), 0);
+    assert_true(w.sin_angle == 0.0 && w.cos_angle == 1.0);
+    assert_true(w.translation[0] == 0.0 && w.translation[1] == 0.0);
+    assert_int_equal(w.gain_milli, 1000);
+    assert_int_equal(w.offset_milli, 0);
+    for (k = 0; k < 36; k++)
+        assert_true(w.dx[k] == 0.0 && w.dy[k] == 0.0);
+    assert_int_equal(cnx_synth_distort_section(out, plane, &w), 0);
+    assert_memory_equal(out, plane, SX * SY);
+    /* Tiles: the same positions, gains and offsets either way; without
+     * distortion exactly the old formula on the image itself. */
+    assert_int_equal(cnx_synth_tiles(&a, &na, &alt, 7), 0);
+    assert_int_equal(cnx_synth_tiles(&b, &nb, shared, 7), 0);
+    assert_int_equal(na, nb);
+    for (k = 0; k < na; k++) {
+        const cnx_synth_tile *t = &a[k];
+        assert_int_equal(t->x, b[k].x);
+        assert_int_equal(t->nominal_y, b[k].nominal_y);
+        assert_int_equal(t->gain_milli, b[k].gain_milli);
+        assert_true(memcmp(t->pixels, b[k].pixels, t->width * t->height) != 0);
+        for (py = 0; py < t->height; py++)
+            for (px = 0; px < t->width; px++) {
+                const int64_t src = plane[(t->y + py) * SX + t->x + px];
+                const int64_t want =
+                    (src * t->gain_milli + 500) / 1000 + t->offset;
+                const int64_t got = t->pixels[py * t->width + px];
+                if (want >= 2 && want <= 253)
+                    assert_true(llabs(got - want) <= 2);
+            }
+    }
+    cnx_synth_tiles_free(a, na);
+    cnx_synth_tiles_free(b, nb);
+    free(out);
+}
+
+static void test_synth__warp_draws_are_deterministic_and_bounded(void **state)
+{
+    cnx_synth_params p;
+    cnx_synth_section_warp a, b, c;
+    int64_t z;
+    int k, gains_differ = 0;
+    (void)state;
+    small_params(&p, 7);
+    assert_int_equal(p.distort_grid, 6);
+    assert_true(p.distort_translation == 12.0 && p.distort_rotation == 0.01 &&
+                p.distort_warp == 1.5);
+    for (z = 0; z < SZ; z++) {
+        assert_int_equal(cnx_synth_section_warp_draw(&a, &p, z), 0);
+        assert_int_equal(cnx_synth_section_warp_draw(&b, &p, z), 0);
+        assert_memory_equal(&a, &b, sizeof(a));
+        assert_true(fabs(a.sin_angle) <= 0.01);
+        assert_true(a.cos_angle == sqrt(1.0 - a.sin_angle * a.sin_angle));
+        assert_true(fabs(a.translation[0]) <= 12.0);
+        assert_true(fabs(a.translation[1]) <= 12.0);
+        for (k = 0; k < 36; k++)
+            assert_true(fabs(a.dx[k]) <= 1.5 && fabs(a.dy[k]) <= 1.5);
+        assert_in_range(a.gain_milli, 900, 1100);
+        assert_in_range(a.offset_milli + 10000, 0, 20000);
+        assert_true(a.centre[0] == 47.5 && a.centre[1] == 39.5);
+        assert_true(a.spacing[0] == 95.0 / 3.0 && a.origin[1] == -79.0 / 3.0);
+        if (z > 0)
+            gains_differ |= a.gain_milli != c.gain_milli;
+        c = a;
+    }
+    assert_true(gains_differ);
+    assert_int_equal(cnx_synth_section_warp_draw(&a, &p, 1), 0);
+    assert_int_equal(cnx_synth_section_warp_draw(&b, &p, 2), 0);
+    assert_true(a.sin_angle != b.sin_angle && a.dx[0] != b.dx[0]);
+    p.seed = 8;
+    assert_int_equal(cnx_synth_section_warp_draw(&c, &p, 1), 0);
+    assert_true(c.translation[0] != a.translation[0]);
+    assert_int_equal(cnx_synth_section_warp_draw(&c, &p, SZ), CNX_EINVAL);
+    /* Strengths scale the draws. */
+    small_params(&p, 7);
+    p.distort_translation = 0.0;
+    p.distort_warp = 0.0;
+    assert_int_equal(cnx_synth_section_warp_draw(&c, &p, 1), 0);
+    assert_true(c.translation[0] == 0.0 && c.dx[5] == 0.0);
+    assert_true(c.sin_angle == a.sin_angle); /* same stream, same order */
+}
+
+/* The centred cubic B-spline kernel: an independent form of the basis. */
+static double beta3(double x)
+{
+    const double a = fabs(x);
+    if (a < 1.0)
+        return 2.0 / 3.0 - a * a + a * a * a / 2.0;
+    if (a < 2.0)
+        return (2.0 - a) * (2.0 - a) * (2.0 - a) / 6.0;
+    return 0.0;
+}
+
+static void test_synth__map_matches_an_independent_evaluation(void **state)
+{
+    static const double pts[][2] = {{0, 0},      {95, 79},  {47.5, 39.5},
+                                    {10.25, 70}, {31.6, 3}, {95, 0},
+                                    {63.3, 26.4}};
+    cnx_synth_params p;
+    cnx_synth_section_warp w;
+    size_t n;
+    (void)state;
+    small_params(&p, 7);
+    assert_int_equal(cnx_synth_section_warp_draw(&w, &p, 11), 0);
+    for (n = 0; n < sizeof(pts) / sizeof(pts[0]); n++) {
+        const double px = pts[n][0], py = pts[n][1];
+        const double ux = px / w.spacing[0] + 1.0, uy = py / w.spacing[1] + 1.0;
+        double th = asin(w.sin_angle), wx = 0, wy = 0, tx, ty, ex, ey;
+        int i, j;
+        for (j = 0; j < 6; j++)
+            for (i = 0; i < 6; i++) {
+                const double k = beta3(ux - i) * beta3(uy - j);
+                wx += k * w.dx[j * 6 + i];
+                wy += k * w.dy[j * 6 + i];
+            }
+        ex = 47.5 + cos(th) * (px - 47.5) - sin(th) * (py - 39.5) +
+             w.translation[0] + wx;
+        ey = 39.5 + sin(th) * (px - 47.5) + cos(th) * (py - 39.5) +
+             w.translation[1] + wy;
+        cnx_synth_section_map(&w, px, py, &tx, &ty);
+        assert_true(fabs(tx - ex) < 1e-9);
+        assert_true(fabs(ty - ey) < 1e-9);
+    }
+}
+
+/* Mirror index and the documented bilinear / rounding / drift. */
+static int64_t mirror(int64_t i, int64_t n)
+{
+    while (i < 0 || i >= n)
+        i = i < 0 ? -i : 2 * (n - 1) - i;
+    return i;
+}
+
+static void test_synth__distorted_section_samples_the_image_at_U(void **state)
+{
+    cnx_synth_params p;
+    cnx_synth_section_warp w;
+    const int64_t z = 9;
+    const uint8_t *in = (const uint8_t *)shared->image->data + z * SX * SY;
+    uint8_t *out = malloc(SX * SY);
+    int64_t x, y, near = 0, exact = 0, interior = 0;
+    (void)state;
+    assert_non_null(out);
+    small_params(&p, 7);
+    assert_int_equal(cnx_synth_section_warp_draw(&w, &p, z), 0);
+    assert_int_equal(cnx_synth_distort_section(out, in, &w), 0);
+    for (y = 0; y < SY; y++)
+        for (x = 0; x < SX; x++) {
+            double ux, uy, fx, fy, x0, y0, top, bot, v;
+            int64_t r, n, want;
+            cnx_synth_section_map(&w, (double)x, (double)y, &ux, &uy);
+            x0 = floor(ux);
+            y0 = floor(uy);
+            fx = ux - x0;
+            fy = uy - y0;
+            /* The documented arithmetic: equal everywhere, bit for bit. */
+#define IN(yy, xx) ((double)in[mirror(yy, SY) * SX + mirror(xx, SX)])
+            top = IN(y0, x0) + fx * (IN(y0, x0 + 1) - IN(y0, x0));
+            bot = IN(y0 + 1, x0) + fx * (IN(y0 + 1, x0 + 1) - IN(y0 + 1, x0));
+            v = top + fy * (bot - top);
+            r = (int64_t)floor(v + 0.5);
+            n = r * w.gain_milli + w.offset_milli + 500;
+            want = n < 0 ? 0 : (n / 1000 > 255 ? 255 : n / 1000);
+            assert_int_equal(out[y * SX + x], want);
+            /* Away from the borders, against the weighted form of the
+             * bilinear sample with a real drift: within one level. */
+            if (ux >= 1 && uy >= 1 && ux <= SX - 2 && uy <= SY - 2) {
+                const double s = (1 - fx) * (1 - fy) * IN(y0, x0) +
+                                 fx * (1 - fy) * IN(y0, x0 + 1) +
+                                 (1 - fx) * fy * IN(y0 + 1, x0) +
+                                 fx * fy * IN(y0 + 1, x0 + 1);
+                const double d = floor(s + 0.5) * (w.gain_milli / 1000.0) +
+                                 w.offset_milli / 1000.0;
+                const double c = d < 0 ? 0 : (d > 255 ? 255 : d);
+                interior++;
+                near += fabs(out[y * SX + x] - c) <= 1.0;
+                exact += out[y * SX + x] == (int64_t)floor(c + 0.5);
+            }
+#undef IN
+        }
+    assert_true(interior > SX * SY / 2);
+    assert_int_equal(near, interior);
+    assert_true(exact * 100 >= interior * 99);
+    /* It is a real distortion: most pixels moved. */
+    assert_true(memcmp(out, in, SX * SY) != 0);
+    free(out);
+}
+
+static void test_synth__intensity_drift_stays_in_bounds(void **state)
+{
+    cnx_synth_params p;
+    cnx_synth_section_warp w;
+    uint8_t in[16 * 12], out[16 * 12];
+    int64_t z;
+    size_t k;
+    (void)state;
+    small_params(&p, 7);
+    p.shape[0] = 16;
+    p.shape[1] = 12;
+    memset(in, 128, sizeof(in));
+    for (z = 0; z < SZ; z++) {
+        assert_int_equal(cnx_synth_section_warp_draw(&w, &p, z), 0);
+        assert_int_equal(cnx_synth_distort_section(out, in, &w), 0);
+        for (k = 0; k < sizeof(out); k++) {
+            /* round(128 g + o), g in 0.9..1.1, o in -10..10 */
+            assert_in_range(out[k], 105, 151);
+            assert_int_equal(out[k], out[0]); /* a flat image stays flat */
+        }
+    }
+    memset(in, 250, sizeof(in));
+    w.gain_milli = 1100;
+    w.offset_milli = 10000;
+    assert_int_equal(cnx_synth_distort_section(out, in, &w), 0);
+    assert_int_equal(out[3], 255); /* clamped */
+    memset(in, 3, sizeof(in));
+    w.gain_milli = 900;
+    w.offset_milli = -10000;
+    assert_int_equal(cnx_synth_distort_section(out, in, &w), 0);
+    assert_int_equal(out[3], 0);
+}
+
+static void test_synth__missing_sections_have_no_tiles(void **state)
+{
+    static const int64_t gone[] = {5, 2};
+    cnx_synth alt = *shared;
+    cnx_synth_params p;
+    cnx_synth_tile *t = NULL;
+    cnx_tileset *ts = NULL;
+    size_t n = 1;
+    int64_t all[SZ], z;
+    char dir[64], path[128];
+    (void)state;
+    alt.params.missing = gone;
+    alt.params.nmissing = 2;
+    assert_int_equal(cnx_synth_params_check(&alt.params), 0);
+    assert_true(cnx_synth_section_is_missing(&alt.params, 2));
+    assert_false(cnx_synth_section_is_missing(&alt.params, 3));
+    assert_int_equal(cnx_synth_tiles(&t, &n, &alt, 5), 0);
+    assert_null(t);
+    assert_int_equal(n, 0);
+    assert_int_equal(cnx_synth_tiles(&t, &n, &alt, 3), 0);
+    assert_true(n > 0);
+    cnx_synth_tiles_free(t, n);
+    /* Checked: in range, no repeats, not all. */
+    small_params(&p, 7);
+    p.missing = all;
+    for (z = 0; z < SZ; z++)
+        all[z] = z;
+    p.nmissing = SZ;
+    assert_int_equal(cnx_synth_params_check(&p), CNX_EINVAL);
+    assert_non_null(strstr(cnx_error_last()->message, "every section"));
+    p.nmissing = SZ - 1;
+    assert_int_equal(cnx_synth_params_check(&p), 0);
+    all[1] = 0;
+    assert_int_equal(cnx_synth_params_check(&p), CNX_EINVAL);
+    all[1] = SZ;
+    assert_int_equal(cnx_synth_params_check(&p), CNX_EINVAL);
+    /* Written: the tile set leaves the section out, and still loads. */
+    cnx_test_tmpdir(dir);
+    cnx_synth_params_init(&p);
+    p.shape[0] = 40;
+    p.shape[1] = 36;
+    p.shape[2] = 6;
+    p.missing = gone + 1;
+    p.nmissing = 1;
+    {
+        cnx_synth_summary sum;
+        assert_int_equal(cnx_synth_run(&p, dir, 1, &sum), 0);
+        assert_int_equal(sum.tiles, 5);
+    }
+    assert_true(file_exists(dir, "tiles/sections.json"));
+    assert_false(file_exists(dir, "tiles/z00002/r00-c00.png"));
+    assert_true(file_exists(dir, "tiles/z00003/r00-c00.png"));
+    snprintf(path, sizeof(path), "%s/tiles/tiles.json", dir);
+    assert_int_equal(cnx_tileset_load(&ts, path, CNX_TILESET_MAX_ERROR), 0);
+    assert_int_equal(ts->nsections, 5);
+    assert_int_equal(ts->sections[2].z, 3);
+    cnx_tileset_free(ts);
+    /* Other missing sections, or none: another dataset. */
+    p.nmissing = 0;
+    assert_int_equal(cnx_synth_run(&p, dir, 1, NULL), CNX_EIMMUTABLE);
+    p.distort = CNX_SYNTH_DISTORT_NONE;
+    p.missing = gone + 1;
+    p.nmissing = 1;
+    assert_int_equal(cnx_synth_run(&p, dir, 1, NULL), CNX_EIMMUTABLE);
+    cnx_test_rmtree(dir);
+}
+
+static void test_synth__distort_settings_are_checked(void **state)
+{
+    cnx_synth_params p;
+    cnx_synth_distort d = CNX_SYNTH_DISTORT_NONE;
+    (void)state;
+    cnx_synth_params_init(&p);
+    assert_int_equal(p.distort, CNX_SYNTH_DISTORT_DEFAULT);
+    p.distort_grid = 3;
+    assert_int_equal(cnx_synth_params_check(&p), CNX_EINVAL);
+    assert_non_null(strstr(cnx_error_last()->message, "distort_grid"));
+    p.distort_grid = CNX_SYNTH_WARP_GRID_MAX + 1;
+    assert_int_equal(cnx_synth_params_check(&p), CNX_EINVAL);
+    cnx_synth_params_init(&p);
+    p.distort_rotation = NAN;
+    assert_int_equal(cnx_synth_params_check(&p), CNX_EINVAL);
+    cnx_synth_params_init(&p);
+    p.distort_translation = -1;
+    assert_int_equal(cnx_synth_params_check(&p), CNX_EINVAL);
+    cnx_synth_params_init(&p);
+    p.distort = (cnx_synth_distort)5;
+    assert_int_equal(cnx_synth_params_check(&p), CNX_EINVAL);
+    assert_string_equal(cnx_synth_distort_name(CNX_SYNTH_DISTORT_NONE), "none");
+    assert_int_equal(cnx_synth_distort_parse("default", &d), 0);
+    assert_int_equal(d, CNX_SYNTH_DISTORT_DEFAULT);
+    assert_int_equal(cnx_synth_distort_parse("Default", &d), CNX_EINVAL);
 }
 
 static void test_synth__tile_layout_overlaps_enough(void **state)
@@ -718,6 +1069,13 @@ int main(void)
         cmocka_unit_test(test_synth__cleft_high_at_sites_and_only_near_them),
         cmocka_unit_test(test_synth__psd_lies_on_the_post_side),
         cmocka_unit_test(test_synth__tiles_cover_the_section_near_their_truth),
+        cmocka_unit_test(test_synth__distort_none_cuts_tiles_from_the_image),
+        cmocka_unit_test(test_synth__warp_draws_are_deterministic_and_bounded),
+        cmocka_unit_test(test_synth__map_matches_an_independent_evaluation),
+        cmocka_unit_test(test_synth__distorted_section_samples_the_image_at_U),
+        cmocka_unit_test(test_synth__intensity_drift_stays_in_bounds),
+        cmocka_unit_test(test_synth__missing_sections_have_no_tiles),
+        cmocka_unit_test(test_synth__distort_settings_are_checked),
         cmocka_unit_test(test_synth__tile_layout_overlaps_enough),
         cmocka_unit_test(test_synth__sections_cut_alike_in_any_order),
         cmocka_unit_test(test_synth__bad_params_are_refused),
