@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cnx/align_io.h"
 #include "cnx/downsample.h"
 #include "cnx/error.h"
 #include "cnx/montage.h"
@@ -486,6 +487,113 @@ static int check_montage(const cnx_plan *p, size_t s)
     return 0;
 }
 
+/* align-match, align-solve: side objects only, one per slab of
+ * CNX_ALIGN_SLAB whole sections. */
+static int rule_align_slab(const cnx_scale *in, cnx_scale *out,
+                           int64_t factor[3], const char *stage)
+{
+    int rc = rule_same(in, out, factor, stage);
+    out->chunk[0] = in->size[0];
+    out->chunk[1] = in->size[1];
+    out->chunk[2] = cnx_imin(in->size[2], CNX_ALIGN_SLAB);
+    out->encoding = CNX_ENC_RAW;
+    return rc;
+}
+
+/* align-render: the aligned image on the stitched sections' coordinates
+ * less their negative part (the segmentation packs non-negative
+ * coordinates; the montage keeps the sections where the stage put them, so
+ * x, y < 0 is the margin around the tissue), in chunks of at most 128 x 128
+ * x CNX_ALIGN_SLAB (a task renders whole slabs). */
+static int rule_align_render(const cnx_scale *in, cnx_scale *out,
+                             int64_t factor[3], const char *stage)
+{
+    int rc = rule_same(in, out, factor, stage);
+    for (int i = 0; i < 2; i++)
+        if (out->voxel_offset[i] < 0) {
+            out->size[i] += out->voxel_offset[i];
+            out->voxel_offset[i] = 0;
+        }
+    if (out->size[0] < 1 || out->size[1] < 1)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "stage %s: the sections lie at negative x or y "
+                             "only; the aligned layer keeps x, y >= 0",
+                             stage);
+    out->chunk[0] = cnx_imin(in->size[0], 128);
+    out->chunk[1] = cnx_imin(in->size[1], 128);
+    out->chunk[2] = cnx_imin(in->size[2], CNX_ALIGN_SLAB);
+    out->encoding = CNX_ENC_RAW;
+    return rc;
+}
+
+/* A map stage of the alignment: tasks of whole sections and whole slabs. */
+static int align_tasks(const cnx_plan *p, size_t s)
+{
+    const cnx_wf_stage *st = &p->wf->stages[s];
+    const cnx_scale *in = &p->stages[s].in_scale;
+    if (st->kind != CNX_WF_MAP || st->task_size[0] < in->size[0] ||
+        st->task_size[1] < in->size[1] ||
+        (st->task_size[2] % CNX_ALIGN_SLAB != 0 &&
+         st->task_size[2] < in->size[2]))
+        return refuse(p, s,
+                      "the %s worker takes whole sections in slabs of %d; "
+                      "make it a map stage with \"task_size\": [65536, "
+                      "65536, %d] (or a multiple of %d in z)",
+                      st->worker, CNX_ALIGN_SLAB, CNX_ALIGN_SLAB,
+                      CNX_ALIGN_SLAB);
+    return 0;
+}
+
+static int align_params(const cnx_plan *p, size_t s)
+{
+    cnx_align_params ap;
+    if (cnx_align_params_parse(p->wf->stages[s].parameters, &ap) != 0)
+        return refuse(p, s, "%s", cnx_error_last()->message);
+    return 0;
+}
+
+static int check_align_match(const cnx_plan *p, size_t s)
+{
+    int rc = need_role(p, s, "image", 0, CNX_DT_UINT8, 0);
+    if (rc == 0)
+        rc = need_ninputs(p, s, 1, "role \"image\"");
+    if (rc == 0 && p->stages[s].halo < 2)
+        rc = refuse(p, s,
+                    "halo %" PRId64 ": the align-match worker reads the two "
+                    "sections below each; set \"halo\" to 2 or leave it "
+                    "out",
+                    p->stages[s].halo);
+    if (rc == 0)
+        rc = align_tasks(p, s);
+    if (rc == 0)
+        rc = align_params(p, s);
+    return rc;
+}
+
+static int check_align_solve(const cnx_plan *p, size_t s)
+{
+    int rc = need_role(p, s, "matches", 1, 0, 0);
+    if (rc == 0)
+        rc = need_ninputs(p, s, 1, "role \"matches\"");
+    if (rc == 0)
+        rc = align_params(p, s);
+    return rc;
+}
+
+static int check_align_render(const cnx_plan *p, size_t s)
+{
+    int rc = need_role(p, s, "image", 0, CNX_DT_UINT8, 0);
+    if (rc == 0)
+        rc = need_role(p, s, "transforms", 1, 0, 0);
+    if (rc == 0)
+        rc = need_ninputs(p, s, 2, "roles \"image\" and \"transforms\"");
+    if (rc == 0)
+        rc = align_tasks(p, s);
+    if (rc == 0)
+        rc = need_no_params(p, s);
+    return rc;
+}
+
 static const worker_rule worker_rules[] = {
     {"downsample", rule_downsample, 1, NULL, NULL, NULL},
     {"montage", rule_montage, 0, halo_zero, check_montage, NULL},
@@ -498,6 +606,12 @@ static const worker_rule worker_rules[] = {
     {"mesh-manifest", rule_same, 0, halo_zero, check_mesh_manifest, NULL},
     {"synapses", rule_same, 0, NULL, check_synapses, CNX_STAGE_SYNAPSES_DIR},
     {"synapse-edges", rule_same, 0, halo_zero, check_synapse_edges, NULL},
+    {"align-match", rule_align_slab, 0, NULL, check_align_match,
+     CNX_STAGE_ALIGN_MATCHES_DIR},
+    {"align-solve", rule_same, 0, halo_zero, check_align_solve,
+     CNX_STAGE_ALIGN_TRANSFORMS_DIR},
+    {"align-render", rule_align_render, 0, halo_zero, check_align_render,
+     NULL},
 };
 
 static const worker_rule default_rule = {NULL, rule_same, 0, NULL, NULL, NULL};

@@ -24,6 +24,8 @@ extern "C" {
 #define CNX_STAGE_MAPPING_DIR "agglomeration" /* segment-join: mappings */
 #define CNX_STAGE_MESH_INDEX_DIR "mesh_index" /* mesh: the ids per chunk */
 #define CNX_STAGE_SYNAPSES_DIR "synapses"     /* synapses: tables */
+#define CNX_STAGE_ALIGN_MATCHES_DIR "align_matches" /* align-match */
+#define CNX_STAGE_ALIGN_TRANSFORMS_DIR "align_transforms" /* align-solve */
 
 /**
  * downsample: one level of a layer's pyramid per task (docs/downsample.md).
@@ -65,6 +67,19 @@ extern const cnx_stage cnx_stage_mesh_manifest;
  * and the report montage/<scale>/<section box>.
  */
 extern const cnx_stage cnx_stage_montage;
+
+/**
+ * align-match, align-solve, align-render: section alignment (cnx/align.h,
+ * docs/align.md). align-match: input role "image" (stitched sections,
+ * uint8), a task of whole sections, halo 2; writes per slab of sections
+ * align_matches/<scale>/<slab>. align-solve: role "matches" (every slab's
+ * records); writes align_transforms/<scale>/<slab>. align-render: roles
+ * "image" and "transforms", a task of whole sections; writes the aligned
+ * image layer's chunks.
+ */
+extern const cnx_stage cnx_stage_align_match;
+extern const cnx_stage cnx_stage_align_solve;
+extern const cnx_stage cnx_stage_align_render;
 
 /**
  * synapses, synapse-edges (cnx/synapse.h, docs/synapses.md). synapses:

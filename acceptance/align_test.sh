@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The whole chain from the microscope's tiles on the real stack: broker,
+# controller and workers on this machine, a cnx-synth dataset whose sections
+# are distorted as a microscope records them (rotation, shift, smooth warp,
+# intensity drift; truth in tiles/sections.json), its tile set recorded by
+# cnx-ingest, the `pipeline` workflow: montage -> alignment (align-match,
+# align-solve, align-render) -> segmentation of the aligned image (raw-image
+# path) -> meshes.
+#  1. montage against the truth (montage_check.py: numpy + Pillow);
+#  2. alignment against the truth (align_check.py: numpy + scipy): after one
+#     global rigid transform every aligned node within 1 px of its true
+#     position (median <= 0.25 px), adjacent sections' residual jump <= 0.5
+#     px median, block seams no worse than inside a block, Pearson r >= 0.95
+#     per section against the true image, section-to-section intensity steps
+#     < 5 %, no missing section reported "ok";
+#  3. the segmentation of the aligned image against the ground truth carried
+#     into the aligned frame: VI split and merge reported (and held to the
+#     regression bound CNX_ALIGN_MAX_VI, default 0.45 each);
+#  4. again with other worker counts: every repeated task bit-identical
+#     (alignment objects and aligned chunks included).
+# Env: CNX_ALIGN_SHAPE (default 256,256,256), CNX_ALIGN_SEED (7),
+# CNX_ALIGN_SYNTH_ARGS (more cnx-synth arguments, e.g. "--resolution
+# 8,8,30"; bench/align_synth.sh runs the anisotropic case).
+source "$(dirname "$0")/lib.sh"
+DATA=$WORK/data
+SHAPE=${CNX_ALIGN_SHAPE:-256,256,256}
+SEED=${CNX_ALIGN_SEED:-7}
+MAXVI=${CNX_ALIGN_MAX_VI:-0.45}
+IFS=, read -r SX SY SZ <<<"$SHAPE"
+# shellcheck disable=SC2086
+"$BIN/cnx-synth" --out "$DATA" --shape "$SHAPE" --seed "$SEED" --quiet \
+  ${CNX_ALIGN_SYNTH_ARGS:-}
+"$BIN/cnx-ingest" --tiles "$DATA/tiles/tiles.json" --out "$DATA/tileset" -q >/dev/null
+start_broker 4
+start_controller
+
+start_pool() { # workers per map stage, tag
+  local i
+  for i in $(seq "$1"); do start_stage_worker cnx-montage montage "montage-$2-$i"; done
+  for i in $(seq "$1"); do start_stage_worker cnx-align align-match "match-$2-$i"; done
+  start_stage_worker cnx-align align-solve "solve-$2"
+  for i in $(seq "$1"); do start_stage_worker cnx-align align-render "render-$2-$i"; done
+  for i in $(seq "$1"); do start_stage_worker cnx-segment segment "seg-$2-$i"; done
+  start_stage_worker cnx-segment segment-join "join-$2"
+  start_stage_worker cnx-segment segment-relabel "relabel-$2"
+  start_stage_worker cnx-mesh mesh "mesh-$2"
+  start_stage_worker cnx-mesh mesh-manifest "manifest-$2"
+}
+reprocess() { # workflow, request id
+  set +e
+  "$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow "$1" \
+    --workflows "$SRC/workflows" --dataset "file://$DATA" \
+    --roi "0,0,0,$SX,$SY,$SZ" --request "$2" --wait --json --timeout 1200 \
+    >"$WORK/$2.json" 2>"$WORK/$2.err"
+  RC=$?
+  set -e
+}
+
+# 1. The chain, two workers per map stage.
+start_pool 2 a
+t0=$SECONDS
+reprocess pipeline chain-first
+echo "pipeline (tiles to meshes): $((SECONDS - t0)) s"
+check "pipeline exits 0 (rc $RC)" [ "$RC" -eq 0 ]
+jq_py "$WORK/chain-first.json" '[(s["stage"], s["done"]) for s in d["stages"]]'
+check "montage against the truth (montage_check.py: numpy + Pillow)" \
+  "$PY" "$SRC/acceptance/montage_check.py" --tiles "$DATA/tileset/tiles.json" \
+  --truth "$DATA/tiles/truth.json" --layer "$DATA/stitched/v1" \
+  --image "$DATA/image" --sections "$DATA/tiles/sections.json" \
+  --report "$WORK/montage-report.json"
+
+# 2 and 3. The alignment and the segmentation of the aligned image.
+check "alignment and segmentation against the truth (align_check.py: numpy + scipy)" \
+  "$PY" "$SRC/acceptance/align_check.py" --dataset "$DATA" \
+  --stitched "$DATA/stitched/v1" --aligned "$DATA/aligned/v1" \
+  --transforms "$DATA/alignment/v1" --block 128 --overlap 32 \
+  --segmentation "$DATA/segmentation/v1" \
+  --max-vi-split "$MAXVI" --max-vi-merge "$MAXVI" --json "$WORK/align-report.json"
+
+# 4. Again, one worker per map stage: bit-identical.
+stop_workers
+start_pool 1 b
+reprocess pipeline chain-second
+check "second run exits 0 (rc $RC)" [ "$RC" -eq 0 ]
+check "second run: every repeated task bit-identical" "$PY" -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["repeated"] > 0 and d["identical"] == d["repeated"], (d["repeated"], d["identical"])
+assert not d["violations"], d["violations"]
+print("  %d of %d repeated tasks identical" % (d["identical"], d["repeated"]))' "$WORK/chain-second.json"
+stop_workers
+finish
