@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,8 +68,11 @@ int cnx_align_params_parse(const char *json, cnx_align_params *p)
     if (rc == 0)
         rc = cnx__json_param_flag(js, "normalize", WHAT, &q.normalize);
     json_decref(js);
-    if (rc == 0 && cnx_align_params_check(&q) != 0)
-        rc = cnx_error_set(CNX_ESCHEMA, 0, "%s", cnx_error_last()->message);
+    if (rc == 0 && cnx_align_params_check(&q) != 0) {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
+        rc = cnx_error_set(CNX_ESCHEMA, 0, "%s", why);
+    }
     if (rc == 0)
         *p = q;
     return rc;
