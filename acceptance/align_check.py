@@ -156,6 +156,12 @@ def main():
     ap.add_argument("--min-pearson", type=float, default=0.95)
     ap.add_argument("--max-intensity-step", type=float, default=0.05)
     ap.add_argument("--margin", type=float, default=32)
+    ap.add_argument("--control",
+                    help="cnx.align/1 transforms of the same kernel on the "
+                         "undistorted true image (align_tool over the "
+                         "dataset's image layer)")
+    ap.add_argument("--control-max-error", type=float, default=1.0)
+    ap.add_argument("--control-max-median", type=float, default=0.25)
     ap.add_argument("--block", type=int)
     ap.add_argument("--overlap", type=int)
     ap.add_argument("--json")
@@ -342,6 +348,51 @@ def main():
              a.max_error, fig["error_p99"], err.size, len(per_sec)),
           fig["error_median"] <= a.max_median_error and
           fig["error_max"] <= a.max_error)
+
+    # ---- a2. against the control: the tissue's own drift removed -------
+    # The same kernel on the undistorted true stack (--control, its
+    # cnx.align/1 document) places the content of true point V at the
+    # control-aligned point qc with qc + dc(qc) = V, i.e. qc ~ V - dc(V):
+    # how far the stack drifts because the tissue's structures move from
+    # section to section, which no image-based alignment can tell from a
+    # distortion. Fitting one rigid transform from our q to qc measures
+    # how well the distortions themselves were removed.
+    if a.control:
+        cdoc = json.load(open(a.control))
+        cg = cdoc["grid"]
+        cnx_, cny_ = cg["shape"]
+        csec = {s_["z"]: s_ for s_ in cdoc["sections"]}
+        QC, QQ, ZC = [], [], []
+        for z in ok_z:
+            if z not in csec or csec[z]["status"] != "ok":
+                continue
+            ux, uy, inside = T[z]
+            fx = (ux[inside] - cg["origin"][0]) / cg["step"]
+            fy = (uy[inside] - cg["origin"][1]) / cg["step"]
+            cdx = np.asarray(csec[z]["dx"], float).reshape(cny_, cnx_)
+            cdy = np.asarray(csec[z]["dy"], float).reshape(cny_, cnx_)
+            ex = ndimage.map_coordinates(cdx, [fy, fx], order=1, mode="nearest")
+            ey = ndimage.map_coordinates(cdy, [fy, fx], order=1, mode="nearest")
+            QC.append(np.stack([ux[inside] - ex, uy[inside] - ey], 1))
+            QQ.append(np.stack([qx[inside], qy[inside]], 1))
+            ZC.append(np.full(int(inside.sum()), z))
+        if QC:
+            QC, QQ, ZC = np.concatenate(QC), np.concatenate(QQ), np.concatenate(ZC)
+            Rc, cc, _ = rigid_fit(QQ, QC)
+            ec = np.hypot(QC[:, 0] - (Rc[0, 0] * QQ[:, 0] + Rc[0, 1] * QQ[:, 1] + cc[0]),
+                          QC[:, 1] - (Rc[1, 0] * QQ[:, 0] + Rc[1, 1] * QQ[:, 1] + cc[1]))
+            fig["control_error_median"] = float(np.median(ec))
+            fig["control_error_max"] = float(ec.max())
+            fig["control_error_p99"] = float(np.percentile(ec, 99))
+            check("accuracy against the control (the same kernel on the "
+                  "undistorted true stack: the tissue's own drift removed): "
+                  "median %.3f px <= %.2f, max %.3f px <= %.2f (p99 %.3f, %d "
+                  "nodes)" % (fig["control_error_median"],
+                              a.control_max_median, fig["control_error_max"],
+                              a.control_max_error, fig["control_error_p99"],
+                              ec.size),
+                  fig["control_error_median"] <= a.control_max_median and
+                  fig["control_error_max"] <= a.control_max_error)
 
     # ---- b. adjacent jumps -------------------------------------------
     seams = set()

@@ -32,6 +32,7 @@ int cnx_align_params_parse(const char *json, cnx_align_params *p)
                                        "overlap",
                                        "normalize",
                                        "highpass",
+                                       "bin",
                                        NULL};
     cnx_align_params q;
     json_t *js = NULL;
@@ -49,6 +50,8 @@ int cnx_align_params_parse(const char *json, cnx_align_params *p)
                                  &q.patch_search);
     if (rc == 0)
         rc = cnx__json_param_int(js, "highpass", 0, 256, WHAT, &q.highpass);
+    if (rc == 0)
+        rc = cnx__json_param_int(js, "bin", 1, 16, WHAT, &q.bin);
     if (rc == 0)
         rc = cnx__json_param_int(js, "block", 2, 1000000, WHAT, &q.block);
     if (rc == 0)

@@ -146,6 +146,9 @@ def check(a):
         dst.append(np.stack([tx[sel], ty[sel]], 1))
         zs.append(np.full(sel.sum(), s["z"]))
     report("sections aligned: %s" % statuses, statuses.get("ok", 0) == nz)
+    if not src:
+        report("accuracy: no section was aligned", False)
+        return 1
     src, dst, zs = np.concatenate(src), np.concatenate(dst), np.concatenate(zs)
     r, t = fit_rigid(src, dst)
     err = np.linalg.norm(dst - (src @ r.T + t), axis=1)

@@ -69,6 +69,8 @@ typedef struct cnx_align_params {
     int64_t patch;        /* patch side, px: 16 .. 4096 (64) */
     int64_t search;       /* coarse search, px: 0 .. 4096 (64) */
     int64_t patch_search; /* per node, around the coarse offset: 1 .. 256 (8) */
+    int64_t bin;          /* match on sections averaged bin x bin (the
+                             lengths above divided by bin): 1 .. 16 (1) */
     int64_t highpass;     /* both sections are matched high-passed: v less
                              the mean of the data within this radius, px:
                              0 (off) .. 256 (8) */

@@ -28,8 +28,8 @@ extern "C" {
 
 /**
  * Parse the stage parameters over the defaults. Keys (all optional):
- * "stride", "patch", "search", "patch_search", "block", "overlap"
- * (integers), "min_peak_ratio", "max_deviation", "min_valid", "stiffness"
+ * "stride", "patch", "search", "patch_search", "highpass", "bin", "block",
+ * "overlap" (integers), "min_peak_ratio", "max_deviation", "min_valid", "stiffness"
  * (numbers), "normalize" (boolean or 0/1). NULL means "{}".
  * @return 0; CNX_ESCHEMA naming the key ("align: parameters.stride: must
  *         be an integer in [8, 4096]") for malformed JSON, an unknown key,

@@ -36,6 +36,7 @@ void cnx_align_params_default(cnx_align_params *p)
     p->search = 64;
     p->patch_search = 8;
     p->highpass = 8;
+    p->bin = 1;
     p->min_peak_ratio = 2.5;
     p->max_deviation = 2.0;
     p->min_valid = 0.1;
@@ -56,6 +57,8 @@ int cnx_align_params_check(const cnx_align_params *p)
         field = "search", range = "an integer in [0, 4096]";
     else if (p->patch_search < 1 || p->patch_search > 256)
         field = "patch_search", range = "an integer in [1, 256]";
+    else if (p->bin < 1 || p->bin > 16)
+        field = "bin", range = "an integer in [1, 16]";
     else if (p->highpass < 0 || p->highpass > 256)
         field = "highpass", range = "an integer in [0, 256]";
     else if (!(p->min_peak_ratio >= 1.0 && p->min_peak_ratio <= 1e6))
@@ -379,13 +382,53 @@ static int check_image(const cnx_align_image *s, const char *which)
 }
 
 static int match_filtered(const cnx_align_image *a, const cnx_align_image *b,
-                          const cnx_align_params *p, cnx_align_match *out);
+                          const cnx_align_params *p, const cnx_align_grid *g,
+                          cnx_align_match *out);
+
+/* Section s averaged bin x bin into out (w / bin x h / bin, local
+ * coordinates from 0): a cell with any pixel 0 is 0 (no data), else the
+ * rounded mean, at least 1. */
+static void bin_section(const cnx_align_image *s, int64_t bin, uint8_t *out)
+{
+    const int64_t w = s->w / bin, h = s->h / bin;
+    for (int64_t j = 0; j < h; j++)
+        for (int64_t i = 0; i < w; i++) {
+            int64_t sum = 0, zero = 0;
+            for (int64_t v = 0; v < bin; v++)
+                for (int64_t u = 0; u < bin; u++) {
+                    const int64_t px =
+                        s->pixels[(j * bin + v) * s->w + i * bin + u];
+                    sum += px;
+                    zero |= px == 0;
+                }
+            out[j * w + i] =
+                zero ? 0 : (uint8_t)((sum + bin * bin / 2) / (bin * bin));
+        }
+}
+
+/* What one bin x bin cell measures is bin pixels: the parameters of the
+ * binned sections, lengths divided by bin (at least their minimum). */
+static cnx_align_params binned_params(const cnx_align_params *p)
+{
+    cnx_align_params q = *p;
+    const int64_t b = p->bin;
+    q.bin = 1;
+    q.patch = p->patch / b < 16 ? 16 : p->patch / b;
+    q.search = (p->search + b - 1) / b;
+    q.patch_search = (p->patch_search + b - 1) / b;
+    q.highpass = p->highpass == 0 ? 0 : (p->highpass + b - 1) / b;
+    q.max_deviation = p->max_deviation / (double)b;
+    return q;
+}
 
 int cnx_align_match_sections(const cnx_align_image *a, const cnx_align_image *b,
                              const cnx_align_params *p, cnx_align_match *out)
 {
+    const int64_t bin = p->bin;
+    cnx_align_grid g = cnx_align_grid_of(b->x0, b->y0, b->w, b->h, p);
+    cnx_align_params q = *p;
     cnx_align_image fa, fb;
-    uint8_t *pa = NULL, *pb = NULL;
+    uint8_t *pa = NULL, *pb = NULL, *ha = NULL, *hb = NULL;
     int rc;
 
     memset(out, 0, sizeof(*out));
@@ -398,32 +441,70 @@ int cnx_align_match_sections(const cnx_align_image *a, const cnx_align_image *b,
         (a->x0 != b->x0 || a->y0 != b->y0 || a->w != b->w || a->h != b->h))
         rc = cnx_error_set(CNX_EINVAL, 0,
                            "align: sections of different geometry");
-    if (rc != 0 || p->highpass == 0)
-        return rc != 0 ? rc : match_filtered(a, b, p, out);
+    if (rc == 0 && (a->w < 16 * bin || a->h < 16 * bin))
+        rc = cnx_error_set(CNX_EINVAL, 0,
+                           "align: parameters.bin %lld leaves a section of "
+                           "%lld x %lld px under 16 x 16",
+                           (long long)bin, (long long)a->w, (long long)a->h);
+    if (rc != 0)
+        return rc;
     fa = *a;
     fb = *b;
-    pa = malloc((size_t)(a->w * a->h));
-    pb = malloc((size_t)(b->w * b->h));
-    if (pa == NULL || pb == NULL)
-        rc = cnx_error_set(CNX_ENOMEM, 0, "align: out of memory");
+    if (bin > 1) {
+        /* Binned cell (i, j) has its centre at section point
+         * x0 + bin i + (bin - 1) / 2: the grid in cell coordinates. */
+        const size_t n = (size_t)((a->w / bin) * (a->h / bin));
+        q = binned_params(p);
+        g.x0 = (g.x0 - (double)b->x0 - (double)(bin - 1) / 2.0) / (double)bin;
+        g.y0 = (g.y0 - (double)b->y0 - (double)(bin - 1) / 2.0) / (double)bin;
+        g.step /= (double)bin;
+        pa = malloc(n);
+        pb = malloc(n);
+        if (pa == NULL || pb == NULL) {
+            rc = cnx_error_set(CNX_ENOMEM, 0, "align: out of memory");
+            goto done;
+        }
+        bin_section(a, bin, pa);
+        bin_section(b, bin, pb);
+        fa = (cnx_align_image){0, 0, a->w / bin, a->h / bin, pa};
+        fb = (cnx_align_image){0, 0, b->w / bin, b->h / bin, pb};
+    }
+    if (q.highpass > 0) {
+        ha = malloc((size_t)(fa.w * fa.h));
+        hb = malloc((size_t)(fb.w * fb.h));
+        if (ha == NULL || hb == NULL)
+            rc = cnx_error_set(CNX_ENOMEM, 0, "align: out of memory");
+        if (rc == 0)
+            rc = highpass(&fa, q.highpass, ha);
+        if (rc == 0)
+            rc = highpass(&fb, q.highpass, hb);
+        fa.pixels = ha;
+        fb.pixels = hb;
+    }
     if (rc == 0)
-        rc = highpass(a, p->highpass, pa);
-    if (rc == 0)
-        rc = highpass(b, p->highpass, pb);
-    fa.pixels = pa;
-    fb.pixels = pb;
-    if (rc == 0)
-        rc = match_filtered(&fa, &fb, p, out);
+        rc = match_filtered(&fa, &fb, &q, &g, out);
+    if (rc == 0 && bin > 1) {
+        out->coarse[0] *= (double)bin;
+        out->coarse[1] *= (double)bin;
+        for (size_t n = 0; n < out->nodes; n++) {
+            out->dx[n] *= (double)bin;
+            out->dy[n] *= (double)bin;
+        }
+    }
+done:
     free(pa);
     free(pb);
+    free(ha);
+    free(hb);
     return rc;
 }
 
 /* Match a against b (checked; high-passed when asked). */
 static int match_filtered(const cnx_align_image *a, const cnx_align_image *b,
-                          const cnx_align_params *p, cnx_align_match *out)
+                          const cnx_align_params *p, const cnx_align_grid *gp,
+                          cnx_align_match *out)
 {
-    const cnx_align_grid g = cnx_align_grid_of(b->x0, b->y0, b->w, b->h, p);
+    const cnx_align_grid g = *gp;
     const int64_t P = p->patch, r = p->patch_search, W = P + 2 * r;
     int64_t *za = NULL, *zb = NULL, cx, cy;
     uint8_t *pa = NULL, *pb = NULL;

@@ -34,6 +34,7 @@ static void assert_params_equal(const cnx_align_params *a,
     assert_int_equal(a->patch, b->patch);
     assert_int_equal(a->search, b->search);
     assert_int_equal(a->patch_search, b->patch_search);
+    assert_int_equal(a->bin, b->bin);
     assert_int_equal(a->highpass, b->highpass);
     assert_memory_equal(&a->min_peak_ratio, &b->min_peak_ratio, sizeof(double));
     assert_memory_equal(&a->max_deviation, &b->max_deviation, sizeof(double));
@@ -150,10 +151,23 @@ static void test_align_params_parse__all_keys_at_once(void **state)
             "{\"stride\": 24, \"patch\": 40, \"search\": 100, "
             "\"patch_search\": 5, \"highpass\": 3, \"min_peak_ratio\": 1.25, "
             "\"max_deviation\": 7.5, \"min_valid\": 0.3, \"stiffness\": 9, "
-            "\"block\": 50, \"overlap\": 25, \"normalize\": false}",
+            "\"block\": 50, \"overlap\": 25, \"normalize\": false, "
+            "\"bin\": 2}",
             &p),
         0);
-    want = (cnx_align_params){24, 40, 100, 5, 3, 1.25, 7.5, 0.3, 9, 50, 25, 0};
+    want = (cnx_align_params){.stride = 24,
+                              .patch = 40,
+                              .search = 100,
+                              .patch_search = 5,
+                              .bin = 2,
+                              .highpass = 3,
+                              .min_peak_ratio = 1.25,
+                              .max_deviation = 7.5,
+                              .min_valid = 0.3,
+                              .stiffness = 9,
+                              .block = 50,
+                              .overlap = 25,
+                              .normalize = 0};
     assert_params_equal(&p, &want);
 }
 
