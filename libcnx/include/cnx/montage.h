@@ -185,7 +185,9 @@ int cnx_montage_render(const cnx_montage_tile *tiles, size_t n,
  *  "pairs":[{"a":id,"b":id,"dx","dy","peak_ratio","residual","used"}...],
  *  "summary":{"tiles","pairs","used","rejected","median_residual",
  *             "max_residual","fixed":id}}
- * ("placed" and "used" are booleans.)
+ * ("placed" and "used" are booleans.) A zeroed result (a section the
+ * tile set has no tiles for: the stage writes it black) gives no tiles, no
+ * pairs, zero counts and "fixed": null.
  * @param[out] out  caller frees with free()
  * @return 0; CNX_EINVAL for a result that does not fit tiles; CNX_ENOMEM.
  */

@@ -354,8 +354,11 @@ int cnx_montage_report_json(const cnx_montage_tile *tiles,
 
     if (out != NULL)
         *out = NULL;
-    if (tiles == NULL || r == NULL || out == NULL || r->ntiles == 0 ||
-        r->x == NULL || r->fixed >= r->ntiles) {
+    /* A section without tiles (r zeroed, no solve) reports no tiles, no
+     * pairs and no fixed tile. */
+    if (r == NULL || out == NULL ||
+        (r->ntiles > 0 &&
+         (tiles == NULL || r->x == NULL || r->fixed >= r->ntiles))) {
         json_decref(doc);
         json_decref(jt);
         json_decref(jp);
@@ -410,7 +413,9 @@ int cnx_montage_report_json(const cnx_montage_tile *tiles,
               set_new(sum, "rejected", json_integer((json_int_t)r->rejected)) ||
               set_new(sum, "median_residual", json_real(r->median_residual)) ||
               set_new(sum, "max_residual", json_real(r->max_residual)) ||
-              set_new(sum, "fixed", json_string(tiles[r->fixed].id));
+              set_new(sum, "fixed", r->ntiles > 0
+                                        ? json_string(tiles[r->fixed].id)
+                                        : json_null());
     if (!bad) {
         bad = set_new(doc, "format", json_string(CNX_MONTAGE_FORMAT)) ||
               set_new(doc, "z", json_integer(z));

@@ -527,9 +527,25 @@ static void test_montage__same_input_same_bytes(void **state)
     section_free(&s);
 }
 
+/* A section without tiles: an empty report, not an error. */
+static void test_montage__empty_section_report(void **state)
+{
+    cnx_montage_result r;
+    char *j = NULL;
+    (void)state;
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(cnx_montage_report_json(NULL, &r, 77, &j), 0);
+    assert_non_null(strstr(j, "\"tiles\":[]"));
+    assert_non_null(strstr(j, "\"pairs\":[]"));
+    assert_non_null(strstr(j, "\"fixed\":null"));
+    assert_non_null(strstr(j, "\"z\":77"));
+    free(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_montage__empty_section_report),
         cmocka_unit_test(test_montage__defaults),
         cmocka_unit_test(test_montage__parse_every_key),
         cmocka_unit_test(test_montage__parse_refuses_bad_values),
