@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The pipeline over object storage: broker, controller and a worker pool on
 # this machine, an S3 server (s3rver on loopback, tests/support/s3rver.sh)
-# holding the dataset; the `pipeline` workflow (montage -> segmentation ->
-# synapses and meshes) with --dataset s3://BUCKET/ds1 and, as the
+# holding the dataset; the `pipeline` workflow (montage -> alignment ->
+# segmentation of the aligned image -> meshes) with --dataset s3://BUCKET/ds1 and, as the
 # reference, the same request over a file:// copy of the same bytes.
 # Every worker runs in its own empty working directory with its own key
 # copy and its own read cache (--cache): workers share nothing but the
@@ -172,8 +172,10 @@ elif cmd == "layers":  # ROOT LAYER...: voxels over http:// vs the files
             rel = os.path.relpath(dp, root)
             try:
                 info_f, vol_f = read_layer(dp, channels=True)
-            except (KeyError, ValueError):
-                continue  # not a volume (segment_properties, meshes)
+            except (KeyError, ValueError, FileNotFoundError):
+                # not a volume (segment_properties, meshes), or a layer of
+                # side objects only (alignment/v1: no chunks)
+                continue
             url = "%s/%s/%s/%s" % (endpoint, bucket, prefix, rel)
             info_h, vol_h = read_layer(url, channels=True)
             ok = info_h == info_f and vol_h.dtype == vol_f.dtype and \
@@ -215,16 +217,17 @@ start_s3_worker() { # endpoint, binary, stage, instance
   WORKERS+=($!)
   PIDS+=($!)
 }
-start_pool() { # endpoint, tag: two montage, fragment and synapse workers, one of the rest
+start_pool() { # endpoint, tag: two montage, fragment and render workers, one of the rest
   local i
   for i in 1 2; do start_s3_worker "$1" cnx-montage montage "montage-$2-$i"; done
+  start_s3_worker "$1" cnx-align align-match "match-$2"
+  start_s3_worker "$1" cnx-align align-solve "solve-$2"
+  for i in 1 2; do start_s3_worker "$1" cnx-align align-render "render-$2-$i"; done
   for i in 1 2; do start_s3_worker "$1" cnx-segment segment "seg-$2-$i"; done
   start_s3_worker "$1" cnx-segment segment-join "join-$2"
   start_s3_worker "$1" cnx-segment segment-relabel "relabel-$2"
   start_s3_worker "$1" cnx-mesh mesh "mesh-$2"
   start_s3_worker "$1" cnx-mesh mesh-manifest "manifest-$2"
-  for i in 1 2; do start_s3_worker "$1" cnx-synapses synapses "syn-$2-$i"; done
-  start_s3_worker "$1" cnx-synapses synapse-edges "edges-$2"
 }
 reprocess() { # endpoint, workflow, dataset URL, request
   local t0=$SECONDS
@@ -237,7 +240,7 @@ reprocess() { # endpoint, workflow, dataset URL, request
   echo "$4: $((SECONDS - t0)) s, exit $RC"
 }
 stages() { jq_py "$WORK/$1.json" '[(s["stage"], s["done"]) for s in d["stages"]]'; }
-OUTPUTS="stitched fragments segmentation"
+OUTPUTS="stitched alignment aligned fragments-aligned segmentation-aligned"
 # Start a fault proxy in front of the server; sets PROXY (its endpoint).
 start_proxy() { # tag, proxy args...
   local tag=$1; shift
@@ -308,11 +311,13 @@ kill -TERM "$PROXY_PID" 2>/dev/null || true
 # by Python), then cnx-verify on every output layer of both copies.
 for ds in ds1 ds2; do
   check "s3://$BUCKET/$ds: every manifest subject's stored bytes hash to its digest" \
-    s3py manifests "$ds" stitched/v1 fragments/v1 segmentation/v1
+    s3py manifests "$ds" stitched/v1 alignment/v1 aligned/v1 \
+      fragments-aligned/v1 segmentation-aligned/v1
 done
 verify_layers=()
 for ds in ds1 ds2; do
-  for l in stitched/v1 fragments/v1 segmentation/v1; do
+  for l in stitched/v1 alignment/v1 aligned/v1 fragments-aligned/v1 \
+    segmentation-aligned/v1; do
     verify_layers+=(--layer "s3://$BUCKET/$ds/$l")
   done
 done
@@ -322,5 +327,5 @@ set +e
 rc=$?
 set -e
 tail -n 3 "$WORK/verify.txt"
-check "cnx-verify --layer s3://... on the six output layers exits 0 (rc $rc)" [ "$rc" -eq 0 ]
+check "cnx-verify --layer s3://... on the ten output layers exits 0 (rc $rc)" [ "$rc" -eq 0 ]
 finish

@@ -3,9 +3,9 @@
 # this machine and print a summary:
 #  - the Kafka stack: cnx-broker, cnx-controller writing the SQLite ledger
 #    (out/demo/ledger.db, trusting the demo's key), two cnx-downsample
-#    workers and workers for every pipeline stage (cnx-montage, cnx-segment,
-#    cnx-synapses, cnx-mesh), started first so that their consumer groups
-#    settle while
+#    workers and workers for every stage of both workflows below
+#    (cnx-montage, cnx-align, cnx-segment, cnx-synapses, cnx-mesh), started
+#    first so that their consumer groups settle while
 #  - a 256^3 synthetic dataset with ground truth and its montage tile set
 #    is made (cnx-synth), the tile set checked and recorded with a digest
 #    per tile (cnx-ingest --tiles), and the real ISBI 2012 stack ingested
@@ -14,10 +14,18 @@
 #    the synthetic image into pyramid/v1) over the region, twice: the
 #    second run must report every repeated task bit-identical (exit 0);
 #  - `cnx-reprocess --workflow pipeline --wait`, with its progress: the
-#    recorded tile set stitched section by section (stitched/v1), neurons
-#    from the synthetic boundary map in 128^3 chunks across chunk faces,
-#    their synapses and connectivity and their meshes (segmentation/v1);
-#    then the same request again, every repeated task bit-identical;
+#    chain from the microscope's tiles: the recorded tile set stitched
+#    section by section (stitched/v1), the sections aligned to each other
+#    (aligned/v1; matches and transforms in alignment/v1), neurons from the
+#    aligned image itself (raw-image path) in 128^3 chunks across chunk
+#    faces with their meshes (segmentation-aligned/v1, fragments in
+#    fragments-aligned/v1); then the same request again, every repeated
+#    task bit-identical;
+#  - `cnx-reprocess --workflow predictions --wait`: the path from predicted
+#    layers (the synthetic boundary, cleft and psd maps, in the true
+#    frame): neurons from the boundary map across chunk faces, their
+#    synapses and connectivity and their meshes (segmentation/v1, fragments
+#    in fragments/v1);
 #  - the ledger read with the sqlite3 shell (requests, the stage_costs view,
 #    the pipeline stage by stage), checked independently
 #    (acceptance/ledger_check.py: Python's sqlite3 and hashlib); every
@@ -27,10 +35,15 @@
 #    the raw layers, coverage, the code commit in this git repository, the
 #    ledger's hash chain and parameters);
 #  - the results scored against the ground truth with numpy, Pillow, scipy
-#    and scikit-image: montage (acceptance/montage_check.py: tile positions,
-#    residuals, seams), segmentation (acceptance/seg_check.py: VI, the
-#    whole-volume run, closed meshes), synapses (acceptance/syn_check.py:
-#    CREMI partner matching);
+#    and scikit-image: for the pipeline, the montage
+#    (acceptance/montage_check.py: tile positions, residuals, seams) and
+#    the alignment with the segmentation of the aligned image
+#    (acceptance/align_check.py: node errors against the true positions,
+#    jumps between sections, correlation with the true image, VI against
+#    the ground truth carried into the aligned frame); for predictions, the
+#    segmentation (acceptance/seg_check.py: VI, the whole-volume run, closed
+#    meshes) and the synapses (acceptance/syn_check.py: CREMI partner
+#    matching);
 #  - the digests of every layer made, compared with the previous
 #    invocation's (out/demo.last-digests): a second invocation reports
 #    bit-identical outputs;
@@ -183,7 +196,7 @@ step() { # name, command...
 
 # ---- the Kafka stack, started first: the workers' consumer group settles
 # while the data is made.
-echo "== start cnx-broker, cnx-controller (ledger), two cnx-downsample workers and the cnx-montage / cnx-segment / cnx-synapses / cnx-mesh workers"
+echo "== start cnx-broker, cnx-controller (ledger), two cnx-downsample workers and the cnx-montage / cnx-align / cnx-segment / cnx-synapses / cnx-mesh workers"
 s=$(date +%s.%N)
 ledger=$out/ledger.db
 "$bin/cnx-keygen" --out "$out/keys" >/dev/null
@@ -212,10 +225,10 @@ for i in 1 2; do
     2>>"$out/workers.log" &
   pids+=($!)
 done
-for st in montage montage segment segment segment-join segment-relabel mesh mesh mesh-manifest \
-  synapses synapse-edges; do
-  case $st in mesh*) exe=cnx-mesh ;; montage) exe=cnx-montage ;; syn*) exe=cnx-synapses ;;
-    *) exe=cnx-segment ;; esac
+for st in montage montage align-match align-match align-solve align-render align-render \
+  segment segment segment-join segment-relabel mesh mesh mesh-manifest synapses synapse-edges; do
+  case $st in mesh*) exe=cnx-mesh ;; montage) exe=cnx-montage ;; align-*) exe=cnx-align ;;
+    syn*) exe=cnx-synapses ;; *) exe=cnx-segment ;; esac
   "$bin/$exe" --stage "$st" --brokers "$boot" --key "$out/keys/cnx.key" --controller-key "$out/ckeys/cnx.pub" \
     --instance "demo-$st-${#pids[@]}" --session-timeout-ms 6000 $dirty --quiet \
     2>>"$out/workers.log" &
@@ -264,14 +277,20 @@ reprocess pyramid demo-run2
 rc2=$rc
 [ "$rc2" -eq 0 ] || problems+=("second cnx-reprocess exited $rc2 (0: every repeated task bit-identical)")
 
-# The whole pipeline over the region: montage, segmentation, synapses,
-# meshes; then again, which must repeat every task bit-identically.
+# The pipeline over the region, the chain from the microscope's tiles:
+# montage, alignment, segmentation of the aligned image, meshes; then
+# again, which must repeat every task bit-identically.
 reprocess pipeline demo-pipe
 rc3=$rc
 [ "$rc3" -eq 0 ] || problems+=("pipeline cnx-reprocess exited $rc3")
 reprocess pipeline demo-pipe2
 rc4=$rc
 [ "$rc4" -eq 0 ] || problems+=("second pipeline cnx-reprocess exited $rc4 (0: every repeated task bit-identical)")
+# The predictions path over the region: segmentation of the predicted
+# boundary layer, synapses from the predicted cleft and psd, meshes.
+reprocess predictions demo-pred
+rc5=$rc
+[ "$rc5" -eq 0 ] || problems+=("predictions cnx-reprocess exited $rc5")
 
 # Metrics while the processes still run, then stop them all.
 scrape() { # port, metric line pattern -> the sum of the matching samples
@@ -291,7 +310,8 @@ if [ "$store" = s3 ]; then
   # The local checks read files: copy the outputs back. ledger_check.py
   # opens outputs by path, so it reads a copy of the ledger whose output
   # URLs name the copied files (cnx-verify reads the bucket itself).
-  step "copy the outputs from $dataset" s3copy down pyramid stitched fragments segmentation
+  step "copy the outputs from $dataset" s3copy down pyramid stitched alignment aligned \
+    fragments-aligned segmentation-aligned fragments segmentation
   ledger_local=$out/ledger-local.db
   sqlite3 "$ledger" ".backup '$ledger_local'"
   sqlite3 "$ledger_local" "UPDATE outputs SET object = 'file://$out/synth/' ||
@@ -332,23 +352,34 @@ read -r prepeated pidentical pntasks <<<"$(q -separator ' ' "SELECT
     FROM requests WHERE id = 'demo-pipe2'")"
 [ "${prepeated:-0}" -gt 0 ] && [ "$prepeated" = "$pidentical" ] && [ "$prepeated" = "$pntasks" ] ||
   problems+=("second pipeline run: $pidentical of $prepeated repeated tasks identical, $pntasks tasks")
-echo
-echo "the pipeline, stage by stage (request demo-pipe; elapsed = first start to last finish):"
-q -table "SELECT c.stage, c.worker, c.tasks,
+stage_table() { # request -> its stages (elapsed = first start to last finish)
+  q -table "SELECT c.stage, c.worker, c.tasks,
     printf('%.1f', (julianday(max(a.finished)) - julianday(min(a.started))) * 86400) AS elapsed_s,
     printf('%.1f', c.wall_s) AS task_s, printf('%.1f', c.mvx_per_s) AS mvx_per_s
     FROM stage_costs c JOIN tasks t ON t.request = c.request AND t.stage = c.stage
     JOIN attempts a ON a.task_key = t.task_key AND a.request = t.request
       AND a.state = 'succeeded'
-    WHERE c.request = 'demo-pipe' GROUP BY c.stage ORDER BY min(a.started)" |
-  tee "$out/pipeline-stages.txt"
-slo_line=$(q -separator ' ' "SELECT 'SLO ' || slo || ', outcome ' || coalesce(outcome, state) ||
-    ', deadline ' || deadline FROM requests WHERE id = 'demo-pipe'")
+    WHERE c.request = '$1' GROUP BY c.stage ORDER BY min(a.started)"
+}
+slo_of() { # request -> its SLO, outcome and deadline
+  q -separator ' ' "SELECT 'SLO ' || slo || ', outcome ' || coalesce(outcome, state) ||
+    ', deadline ' || deadline FROM requests WHERE id = '$1'"
+}
+echo
+echo "the pipeline (from the tiles: montage, alignment, segmentation of the aligned image, meshes),"
+echo "stage by stage (request demo-pipe; elapsed = first start to last finish):"
+stage_table demo-pipe | tee "$out/pipeline-stages.txt"
+echo
+echo "predictions (from the predicted layers: segmentation of the boundary map, meshes, synapses),"
+echo "stage by stage (request demo-pred):"
+stage_table demo-pred | tee "$out/predictions-stages.txt"
+slo_line=$(slo_of demo-pipe)
+pred_slo_line=$(slo_of demo-pred)
 
 echo
 echo "== the ledger checked independently (acceptance/ledger_check.py: Python sqlite3 + hashlib)"
 ledger_ok=0
-for r in demo-run1 demo-run2 demo-pipe demo-pipe2; do
+for r in demo-run1 demo-run2 demo-pipe demo-pipe2 demo-pred; do
   if python3 acceptance/ledger_check.py "$ledger_local" "$r"; then
     echo "$r: every task done once with a verified manifest; lineage hash chain intact; every output's bytes as recorded"
     ledger_ok=$((ledger_ok + 1))
@@ -380,7 +411,8 @@ if git -C "$root" rev-parse --git-dir >/dev/null 2>&1 && [ -z "$dirty" ]; then
 else
   commit_note="built from a modified tree or outside git: commits not checked"
 fi
-for layer in pyramid/v1 stitched/v1 fragments/v1 segmentation/v1; do
+for layer in pyramid/v1 stitched/v1 alignment/v1 aligned/v1 fragments-aligned/v1 \
+  segmentation-aligned/v1 fragments/v1 segmentation/v1; do
   [ -d "$out/synth/$layer" ] && verify_args+=(--layer "$dataset/$layer")
 done
 s=$(date +%s.%N)
@@ -395,14 +427,14 @@ verify_line="$(tail -n 1 "$out/verify.txt" | sed 's/^cnx-verify: //') (exit $rc_
 [ "$rc_verify" -eq 0 ] || problems+=("cnx-verify found problems (exit $rc_verify, $out/verify.txt)")
 
 echo
-echo "== segmentation/v1 against the ground truth (acceptance/seg_check.py: numpy + scikit-image)"
+echo "== predictions: segmentation/v1 against the ground truth (acceptance/seg_check.py: numpy + scikit-image)"
 pysci=python3 # Debian's, with numpy and scikit-image (scripts/setup.sh installs them)
 [ -x /usr/bin/python3 ] && pysci=/usr/bin/python3
 seg_line="(not scored)"
-if [ "$rc3" -eq 0 ]; then
+if [ "$rc5" -eq 0 ]; then
   sup=$root/build/tests/support
   # the halo the planner derived for the fragments stage (docs/workflows.md)
-  halo=$("$sup/plan_tool" --workflow workflows/pipeline.json --dataset "$dataset" --halo fragments 2>/dev/null || echo 8)
+  halo=$("$sup/plan_tool" --workflow workflows/predictions.json --dataset "$dataset" --halo fragments 2>/dev/null || echo 8)
   "$sup/segjoin_tool" --layer "file://$out/synth/boundary" --halo "$halo" --whole "$out/seg-whole.u32" >/dev/null 2>&1 &&
   "$sup/segjoin_tool" --layer "file://$out/synth/boundary" --halo "$halo" --chunked "$out/seg-chunked.u64" >/dev/null 2>&1 &&
   "$pysci" acceptance/seg_check.py --data "$out/synth" --whole "$out/seg-whole.u32" \
@@ -414,8 +446,10 @@ print("VI split %.3f, merge %.3f, adapted Rand error %.3f against gt (whole-volu
 fi
 
 echo
-echo "== stitched/v1 against the tile set's truth (acceptance/montage_check.py: numpy + Pillow)"
+echo "== pipeline: stitched/v1 against the tile set's truth (acceptance/montage_check.py: numpy + Pillow)"
 mont_line="(not scored)"
+align_line="(not scored)"
+aseg_line="(not scored)"
 syn_line="(not scored)"
 if [ "$rc3" -eq 0 ]; then
   "$pysci" acceptance/montage_check.py --tiles "$out/synth/tileset/tiles.json" \
@@ -426,7 +460,20 @@ if [ "$rc3" -eq 0 ]; then
   mont_line=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
 print("%d sections, %d tiles: position error max %.3f px, median pair residual %.3f px, seam steps %.1f%% -> %.2f%% of the mean (max)" % (d["sections"], d["tiles"], d["position_error_max"], d["residual_median"], 100 * d["step_before_max"], 100 * d["step_after_max"]))' "$out/montage-report.json" 2>/dev/null || echo "(no report)")
   echo
-  echo "== synapses on segmentation/v1 against gt-synapses.json (acceptance/syn_check.py: numpy + scipy)"
+  echo "== pipeline: aligned/v1 and segmentation-aligned/v1 against the truth (acceptance/align_check.py: numpy + scipy)"
+  # --block/--overlap: the solve's defaults (docs/align.md), for its seam check
+  "$pysci" acceptance/align_check.py --dataset "$out/synth" --stitched "$out/synth/stitched/v1" \
+    --aligned "$out/synth/aligned/v1" --transforms "$out/synth/alignment/v1" --block 128 --overlap 32 \
+    --segmentation "$out/synth/segmentation-aligned/v1" --json "$out/align-report.json" |
+    tee "$out/align-check.txt" || problems+=("align_check.py: the alignment failed its checks")
+  align_line=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
+print("%d of %d sections ok: node error median %.3f px, max %.3f px against the truth; adjacent-section jump median %.3f px (stitched: %.3f); Pearson r against the true image min %.3f" % (d["sections_ok"], d["sections"], d["error_median"], d["error_max"], d["jump_median"], d["before_jump_median"], d["pearson_min"]))' "$out/align-report.json" 2>/dev/null || echo "(no report)")
+  aseg_line=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
+print("VI split %.3f, merge %.3f, adapted Rand error %.3f against the ground truth carried into the aligned frame" % (d["vi_split"], d["vi_merge"], d["are"]))' "$out/align-report.json" 2>/dev/null || echo "(no report)")
+fi
+if [ "$rc5" -eq 0 ]; then
+  echo
+  echo "== predictions: synapses on segmentation/v1 against gt-synapses.json (acceptance/syn_check.py: numpy + scipy)"
   "$pysci" acceptance/syn_check.py --gt "$out/synth/gt-synapses.json" --gt-seg "$out/synth/gt" \
     --pred "$out/synth/segmentation/v1/synapses" | tee "$out/syn-check.txt" ||
     problems+=("syn_check.py: the synapse tables could not be scored")
@@ -439,17 +486,19 @@ echo "== summary"
 awk -v a="$t0" -v b="$t_build" 'BEGIN{printf "%-26s %.1f s\n", "build (incl. install)", b-a}'
 while IFS=$'\t' read -r name secs; do printf '%-26s %s s\n' "$name" "$secs"; done <"$out/times.tsv"
 echo
-printf '%-22s %-9s %-13s %-24s %-8s %-13s %7s %11s\n' layer scale type encoding dtype size chunks bytes
+printf '%-30s %-9s %-13s %-24s %-8s %-13s %7s %11s\n' layer scale type encoding dtype size chunks bytes
 for info in $(find "$out" -name info -not -path '*/tiles/*' -not -path '*/segment_properties/*' | sort); do
   dir=$(dirname "$info")
   python3 - "$info" "$dir" "$out" <<'PY'
 import json, os, sys
 info = json.load(open(sys.argv[1])); d = sys.argv[2]; out = sys.argv[3]
 for s in info["scales"]:
-    files = os.listdir(os.path.join(d, s["key"]))
+    # (a layer of side objects only, alignment/v1, has no chunk directory)
+    sdir = os.path.join(d, s["key"])
+    files = os.listdir(sdir) if os.path.isdir(sdir) else []
     files = [f for f in files if os.path.isfile(os.path.join(d, s["key"], f))]
     size = sum(os.path.getsize(os.path.join(d, s["key"], f)) for f in files)
-    print("%-22s %-9s %-13s %-24s %-8s %-13s %7d %11d" % (os.path.relpath(d, out),
+    print("%-30s %-9s %-13s %-24s %-8s %-13s %7d %11d" % (os.path.relpath(d, out),
           s["key"], info["type"], s["encoding"], info["data_type"],
           "x".join(map(str, s["size"])), len(files), size))
 PY
@@ -461,11 +510,16 @@ python3 -c "import json,sys; t=json.load(open(sys.argv[1])); print('tile set: %d
 sed -n 's/^request \(demo-run[12]\): done in [^(]*(\([^)]*\)).*$/\1: done in \2/p' "$out"/demo-run*.txt | tr '\n' ';' |
   sed 's/;$/\n/; s/;/; /g' | sed 's/^/reprocess pyramid: /'
 echo "second run: $identical of $repeated repeated tasks bit-identical (cnx-reprocess exit $rc2)"
-echo "pipeline: demo-pipe $slo_line; second run $pidentical of $prepeated repeated tasks bit-identical (cnx-reprocess exit $rc4)"
-echo "montage: $mont_line"
-echo "segmentation: $seg_line"
-echo "synapses: $syn_line"
-echo "manifests: $verified of $nenv verified with the openssl CLI alone; ledger checked independently for $ledger_ok of 4 requests"
+echo "pipeline (from the tiles: montage -> alignment -> segmentation of the aligned image -> meshes):"
+echo "  demo-pipe $slo_line; second run $pidentical of $prepeated repeated tasks bit-identical (cnx-reprocess exit $rc4)"
+echo "  montage: $mont_line"
+echo "  alignment: $align_line"
+echo "  segmentation of the aligned image: $aseg_line"
+echo "predictions (from the predicted boundary, cleft and psd layers: segmentation -> meshes, synapses):"
+echo "  demo-pred $pred_slo_line (cnx-reprocess exit $rc5)"
+echo "  segmentation: $seg_line"
+echo "  synapses: $syn_line"
+echo "manifests: $verified of $nenv verified with the openssl CLI alone; ledger checked independently for $ledger_ok of 5 requests"
 echo "cnx-verify: $verify_line"
 if [ "$store" = s3 ]; then
   echo "store: $dataset on s3rver at $AWS_ENDPOINT_URL; the workers' read cache $out/cache holds $(find "$out/cache" -type f -path '*/sha256/*' 2>/dev/null | wc -l) objects"
@@ -490,7 +544,9 @@ def digest(root, skip=()):
             n += 1
     return n, h.hexdigest()
 root = sys.argv[1]
-made = [os.path.join(root, d) for d in ("pyramid", "fragments", "segmentation", "stitched")]
+made = [os.path.join(root, d) for d in ("pyramid", "stitched", "alignment", "aligned",
+                                        "fragments-aligned", "segmentation-aligned",
+                                        "fragments", "segmentation")]
 print("synthetic dataset digest (%d files): sha256:%s" % digest(root, set(made)))
 for d in made:
     if os.path.isdir(d):
@@ -522,14 +578,20 @@ echo
 echo "Look at the result in Neuroglancer: serve $out with CORS,"
 echo "  python3 scripts/serve.py $out --port $port     (or: bash scripts/demo.sh --serve)"
 echo "then add these sources in Neuroglancer (https://neuroglancer-demo.appspot.com):"
-for l in synth/image synth/stitched/v1 synth/segmentation/v1; do echo "  precomputed://$ng/$l"; done
+for l in synth/image synth/stitched/v1 synth/aligned/v1 synth/segmentation-aligned/v1 synth/segmentation/v1; do
+  echo "  precomputed://$ng/$l"
+done
 python3 - "$ng" <<'PY'
 import json, sys, urllib.parse
 ng = sys.argv[1]
 state = {"layers": [
     {"type": "image", "source": "precomputed://%s/synth/image" % ng, "name": "image"},
+    {"type": "image", "source": "precomputed://%s/synth/aligned/v1" % ng, "name": "aligned",
+     "visible": False},
+    {"type": "segmentation", "source": "precomputed://%s/synth/segmentation-aligned/v1" % ng,
+     "name": "segmentation (aligned image)", "visible": False},
     {"type": "segmentation", "source": "precomputed://%s/synth/segmentation/v1" % ng,
-     "name": "segmentation"}],
+     "name": "segmentation (predictions)"}],
     "layout": "4panel"}
 print("or open: https://neuroglancer-demo.appspot.com/#!" +
       urllib.parse.quote(json.dumps(state, separators=(",", ":")), safe=""))

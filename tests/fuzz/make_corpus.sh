@@ -2,10 +2,10 @@
 # Make the fuzzers' seed corpora (tests/fuzz/corpus/<parser>/) from the
 # project's own outputs: a small real run (cnx-synth 128x128x64, the
 # embedded broker, the controller, every worker, cnx-reprocess with the
-# pyramid and pipeline workflows, and a refused request) captured with
-# kcat, its ledger and its layers; the workflows and test fixtures in the
-# tree; the compressed_segmentation fixtures of tests/support/cseg_fixture;
-# the SigV4 test suite's requests. The workers sign with the fuzzers' test
+# pyramid, pipeline and predictions workflows, and a refused request)
+# captured with kcat, its ledger and its layers; the workflows and test
+# fixtures in the tree; the compressed_segmentation fixtures of
+# tests/support/cseg_fixture; the SigV4 test suite's requests. The workers sign with the fuzzers' test
 # key (tests/fuzz/fuzz_common.h), so the captured envelopes verify in the
 # harnesses. Seeds are named by the SHA-1 of their bytes (as libFuzzer
 # names what it finds) and kept small; the committed corpus is what this
@@ -61,9 +61,10 @@ DIRTY=--allow-dirty
 "$BIN/cnx-downsample" --brokers "$BOOT" --key "$W/keys/cnx.key" --instance fz-ds \
   --session-timeout-ms 6000 $DIRTY -q 2>>"$W/workers.log" &
 PIDS+=($!)
-for st in montage segment segment-join segment-relabel mesh mesh-manifest synapses synapse-edges; do
-  case $st in mesh*) exe=cnx-mesh ;; montage) exe=cnx-montage ;; syn*) exe=cnx-synapses ;;
-    *) exe=cnx-segment ;; esac
+for st in montage align-match align-solve align-render segment segment-join segment-relabel \
+  mesh mesh-manifest synapses synapse-edges; do
+  case $st in mesh*) exe=cnx-mesh ;; montage) exe=cnx-montage ;; align-*) exe=cnx-align ;;
+    syn*) exe=cnx-synapses ;; *) exe=cnx-segment ;; esac
   "$BIN/$exe" --stage "$st" --brokers "$BOOT" --key "$W/keys/cnx.key" --instance "fz-$st" \
     --session-timeout-ms 6000 $DIRTY -q 2>>"$W/workers.log" &
   PIDS+=($!)
@@ -75,6 +76,7 @@ run() { # workflow, request id, dataset
 }
 run pyramid fz-pyramid "file://$W/data"
 run pipeline fz-pipeline "file://$W/data"
+run predictions fz-predictions "file://$W/data"
 run pyramid fz-missing "file://$W/nowhere"
 kill -TERM "$CPID"
 wait "$CPID" || true

@@ -5,7 +5,7 @@
 # dataset's boundary, cleft and psd layers are re-stored in chunks of 64^3
 # (numpy), then the real stack (broker, controller, one worker per stage)
 # runs workflows/segmentation.json, followed by the synapse stages of
-# workflows/pipeline.json, twice over it: with task_size one chunk (64^3:
+# workflows/predictions.json, twice over it: with task_size one chunk (64^3:
 # 8 tasks per map stage) into fragments/v1 + segmentation/v1, and with
 # task_size 2x2x2 chunks (128^3: one task per map stage) into
 # fragments/v2 + segmentation/v2. Checked:
@@ -64,11 +64,11 @@ PY
 
 # The workflows: the shipped file with its input, outputs and task size.
 mkdir -p "$WORK/wf"
-"$PY" - "$SRC/workflows/segmentation.json" "$SRC/workflows/pipeline.json" "$WORK/wf" <<'PY'
+"$PY" - "$SRC/workflows/segmentation.json" "$SRC/workflows/predictions.json" "$WORK/wf" <<'PY'
 import json, sys
-src, pipeline, out = sys.argv[1], sys.argv[2], sys.argv[3]
-# segmentation.json, then the pipeline's synapse stages on its segments
-synapses = [s for s in json.load(open(pipeline))["stages"]
+src, predictions, out = sys.argv[1], sys.argv[2], sys.argv[3]
+# segmentation.json, then predictions.json's synapse stages on its segments
+synapses = [s for s in json.load(open(predictions))["stages"]
             if s["worker"] in ("synapses", "synapse-edges")]
 def variant(name, version, size, edit=None):
     wf = json.load(open(src))

@@ -411,7 +411,7 @@ static char *slurp(const char *path, size_t *len)
 
 static void test_tune__shipped_workflows_come_back_byte_for_byte(void **state)
 {
-    static const char *const names[] = {"segmentation", "pipeline"};
+    static const char *const names[] = {"segmentation", "predictions"};
     const char *src = getenv("CNX_SOURCE");
     (void)state;
     if (src == NULL)

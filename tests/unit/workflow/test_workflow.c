@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <sys/stat.h>
 
+#include "cnx/align_io.h"
 #include "cnx/error.h"
 #include "cnx/precomputed.h"
 #include "cnx/segment.h"
@@ -417,10 +418,11 @@ static void test_workflow__schema_agrees(void **state)
              "%s/workflows/pyramid.json %s/workflows/pyramid3.json "
              "%s/workflows/segmentation.json %s/workflows/montage.json "
              "%s/workflows/pipeline.json %s/workflows/synapses-gt.json "
-             "%s/workflows/segmentation-em.json",
+             "%s/workflows/segmentation-em.json "
+             "%s/workflows/predictions.json",
              py, source_dir(), source_dir(), dir, dir, source_dir(),
              source_dir(), source_dir(), source_dir(), source_dir(),
-             source_dir(), source_dir());
+             source_dir(), source_dir(), source_dir());
     rc = system(cmd);
     cnx_test_rmtree(dir);
     assert_int_equal(rc, 0);
@@ -1394,11 +1396,16 @@ static void write_tileset(const char *dir, int nz, int with_digests)
     fclose(f);
 }
 
+/*
+ * workflows/pipeline.json on a recorded tile set alone: the montage cuts
+ * one task per section; the alignment takes whole sections in slabs of
+ * CNX_ALIGN_SLAB (4 sections: one match task, one solve task, one render
+ * task); the aligned image is the stitched box less its negative part, in
+ * chunks of at most 128 x 128 x CNX_ALIGN_SLAB; the segmentation reads it.
+ */
 static void test_workflow__pipeline_with_a_tile_set(void **state)
 {
-    const int64_t size[3] = {256, 256, 4}, chunk[3] = {128, 128, 128};
-    static const char *const layers[] = {"boundary", "cleft", "psd"};
-    char dir[64], data[160], url[256], ns[96];
+    char dir[64], data[160], url[256];
     cnx_workflow *wf = load_file("workflows/pipeline.json");
     struct lookups l = {0, 0};
     cnx_plan *p = NULL;
@@ -1406,14 +1413,12 @@ static void test_workflow__pipeline_with_a_tile_set(void **state)
     cnx_task *task = NULL;
     const cnx_scale *sc;
     char *json = NULL;
-    int mont, syn, conn;
+    int mont, match, solve, render, frag;
     (void)state;
     cnx_test_tmpdir(dir);
     dataset_in(dir, data, sizeof(data));
-    for (int i = 0; i < 3; i++) {
-        snprintf(url, sizeof(url), "%s/%s", data, layers[i]);
-        make_layer(url, size, 8, chunk, NULL);
-    }
+    snprintf(url, sizeof(url), "%s/data", dir);
+    assert_int_equal(mkdir(url, 0755), 0);
     /* Without digests the tile set is refused: tiles could not be
      * checked. */
     write_tileset(dir, 4, 0);
@@ -1425,8 +1430,13 @@ static void test_workflow__pipeline_with_a_tile_set(void **state)
     if (cnx_plan_new(&p, wf, data, NULL) != 0)
         fail_msg("%s", cnx_error_last()->message);
     mont = cnx_workflow_find_stage(wf, "montage");
-    syn = cnx_workflow_find_stage(wf, "synapses");
-    conn = cnx_workflow_find_stage(wf, "connectivity");
+    match = cnx_workflow_find_stage(wf, "match");
+    solve = cnx_workflow_find_stage(wf, "solve");
+    render = cnx_workflow_find_stage(wf, "render");
+    frag = cnx_workflow_find_stage(wf, "fragments");
+    assert_true(mont >= 0 && match >= 0 && solve >= 0 && render >= 0 &&
+                frag >= 0);
+    assert_int_equal(cnx_workflow_find_stage(wf, "synapses"), -1);
     /* The tile set's geometry: the nominal box -5..270 x 0..270 grown by
      * 25 px, one chunk per section; one montage task per section. */
     sc = &p->stages[mont].in_scale;
@@ -1458,10 +1468,98 @@ static void test_workflow__pipeline_with_a_tile_set(void **state)
     assert_string_equal(task->inputs[0].layer, url);
     cnx_task_free(task);
     free(json);
-    /* Segmentation waits for every montage task; synapses read the
-     * relabelled chunks around theirs (halo 16: all four) and the
-     * connectivity every table. */
-    assert_int_equal(p->tasks[p->stages[1].first].ndeps, 4);
+    /* Matching: whole sections, slabs of CNX_ALIGN_SLAB (64) sections: the
+     * four sections are one task, waiting for every montage task; its side
+     * objects are one "chunk" of the whole stitched box. */
+    assert_int_equal(p->stages[match].count, 1);
+    assert_int_equal(p->tasks[p->stages[match].first].ndeps, 4);
+    assert_true(cnx_box_equal(&p->tasks[p->stages[match].first].roi,
+                              &(cnx_box){{-30, -25, 0}, {295, 295, 4}}));
+    sc = &p->stages[match].out_scale;
+    assert_int_equal(sc->chunk[0], 325);
+    assert_int_equal(sc->chunk[1], 320);
+    assert_int_equal(sc->chunk[2], 4);
+    assert_true(p->stages[match].halo >= 2);
+    /* The solve is one reduce task over every match task. */
+    assert_int_equal(p->stages[solve].count, 1);
+    assert_int_equal(p->tasks[p->stages[solve].first].ndeps, 1);
+    /* The render: the stitched box less its negative part (x, y >= 0),
+     * chunks of at most 128 x 128 x 64; one task (whole sections) waiting
+     * for the montage and the solve. */
+    sc = &p->stages[render].out_scale;
+    assert_int_equal(sc->voxel_offset[0], 0);
+    assert_int_equal(sc->voxel_offset[1], 0);
+    assert_int_equal(sc->voxel_offset[2], 0);
+    assert_int_equal(sc->size[0], 295);
+    assert_int_equal(sc->size[1], 295);
+    assert_int_equal(sc->size[2], 4);
+    assert_true(sc->chunk[0] <= 128 && sc->chunk[1] <= 128 &&
+                sc->chunk[2] <= CNX_ALIGN_SLAB);
+    assert_int_equal(sc->chunk[0], 128);
+    assert_int_equal(sc->chunk[2], 4);
+    assert_int_equal(p->stages[render].count, 1);
+    assert_int_equal(p->tasks[p->stages[render].first].ndeps, 4 + 1);
+    /* The segmentation reads the aligned image: 3 x 3 tasks of 128^2 over
+     * 295^2, each waiting for the render task alone. */
+    assert_int_equal(wf->stages[frag].ndeps, 1);
+    assert_int_equal(wf->stages[frag].deps[0], render);
+    assert_int_equal(p->stages[frag].in_scale.size[0], 295);
+    assert_int_equal(p->stages[frag].count, 9);
+    for (size_t t = 0; t < p->stages[frag].count; t++)
+        assert_int_equal(p->tasks[p->stages[frag].first + t].ndeps, 1);
+    /* The stitched layer: the tile set's geometry in 256^2 x 1 chunks; the
+     * aligned one at x, y >= 0. */
+    if (cnx_plan_prepare_outputs(p) != 0)
+        fail_msg("%s", cnx_error_last()->message);
+    snprintf(url, sizeof(url), "%s/stitched/v1", data);
+    assert_int_equal(cnx_layer_open(&layer, url), 0);
+    assert_int_equal(cnx_layer_get_info(layer)->scales[0].voxel_offset[0], -30);
+    assert_int_equal(cnx_layer_get_info(layer)->scales[0].chunk[2], 1);
+    assert_int_equal(cnx_layer_get_info(layer)->dtype, CNX_DT_UINT8);
+    cnx_layer_free(layer);
+    snprintf(url, sizeof(url), "%s/aligned/v1", data);
+    assert_int_equal(cnx_layer_open(&layer, url), 0);
+    assert_int_equal(cnx_layer_get_info(layer)->scales[0].voxel_offset[0], 0);
+    assert_int_equal(cnx_layer_get_info(layer)->scales[0].size[1], 295);
+    assert_int_equal(cnx_layer_get_info(layer)->dtype, CNX_DT_UINT8);
+    cnx_layer_free(layer);
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+    cnx_test_rmtree(dir);
+}
+
+/* workflows/predictions.json on predicted boundary, cleft and psd layers:
+ * the segmentation starts from the boundary layer; synapses read the
+ * relabelled chunks around theirs and the connectivity every table. */
+static void test_workflow__predictions_with_predicted_layers(void **state)
+{
+    const int64_t size[3] = {256, 256, 4}, chunk[3] = {128, 128, 128};
+    static const char *const layers[] = {"boundary", "cleft", "psd"};
+    char dir[64], data[160], url[256], ns[96];
+    cnx_workflow *wf = load_file("workflows/predictions.json");
+    struct lookups l = {0, 0};
+    cnx_plan *p = NULL;
+    cnx_task *task = NULL;
+    char *json = NULL;
+    int frag, syn, conn;
+    (void)state;
+    cnx_test_tmpdir(dir);
+    dataset_in(dir, data, sizeof(data));
+    for (int i = 0; i < 3; i++) {
+        snprintf(url, sizeof(url), "%s/%s", data, layers[i]);
+        make_layer(url, size, 8, chunk, NULL);
+    }
+    if (cnx_plan_new(&p, wf, data, NULL) != 0)
+        fail_msg("%s", cnx_error_last()->message);
+    assert_int_equal(cnx_workflow_find_stage(wf, "montage"), -1);
+    frag = cnx_workflow_find_stage(wf, "fragments");
+    syn = cnx_workflow_find_stage(wf, "synapses");
+    conn = cnx_workflow_find_stage(wf, "connectivity");
+    /* The segmentation waits for nothing: its input is a layer. The
+     * synapses (halo 16: all four relabelled chunks) and the
+     * connectivity (every table). */
+    assert_int_equal(p->stages[frag].count, 4);
+    assert_int_equal(p->tasks[p->stages[frag].first].ndeps, 0);
     assert_int_equal(p->stages[syn].count, 4);
     assert_int_equal(p->tasks[p->stages[syn].first].ndeps, 4);
     assert_int_equal(p->tasks[p->stages[conn].first].ndeps, 4);
@@ -1477,15 +1575,6 @@ static void test_workflow__pipeline_with_a_tile_set(void **state)
                         "synapses/8_8_8/0-128_0-128_0-4");
     cnx_task_free(task);
     free(json);
-    /* The stitched layer: the tile set's geometry in 256^2 x 1 chunks. */
-    if (cnx_plan_prepare_outputs(p) != 0)
-        fail_msg("%s", cnx_error_last()->message);
-    snprintf(url, sizeof(url), "%s/stitched/v1", data);
-    assert_int_equal(cnx_layer_open(&layer, url), 0);
-    assert_int_equal(cnx_layer_get_info(layer)->scales[0].voxel_offset[0], -30);
-    assert_int_equal(cnx_layer_get_info(layer)->scales[0].chunk[2], 1);
-    assert_int_equal(cnx_layer_get_info(layer)->dtype, CNX_DT_UINT8);
-    cnx_layer_free(layer);
     cnx_plan_free(p);
     cnx_workflow_free(wf);
     cnx_test_rmtree(dir);
@@ -1671,14 +1760,16 @@ static int64_t kernel_halo(const char *params, double rx, double ry, double rz)
 }
 
 /* The shipped segmentation workflow with one replacement in its text. */
-static cnx_workflow *segmentation_with(const char *from, const char *to)
+/* The shipped workflows/<name>.json with its first occurrence of from
+ * replaced by to. */
+static cnx_workflow *shipped_with(const char *name, const char *from,
+                                  const char *to)
 {
     char path[512], *text, *at, *doc;
     size_t len;
     FILE *f;
     cnx_workflow *wf;
-    snprintf(path, sizeof(path), "%s/workflows/segmentation.json",
-             source_dir());
+    snprintf(path, sizeof(path), "%s/workflows/%s.json", source_dir(), name);
     f = fopen(path, "rb");
     assert_non_null(f);
     text = calloc(1, 1 << 16);
@@ -1688,7 +1779,7 @@ static cnx_workflow *segmentation_with(const char *from, const char *to)
     assert_true(len > 0);
     at = strstr(text, from);
     if (at == NULL)
-        fail_msg("segmentation.json has no '%s'", from);
+        fail_msg("%s.json has no '%s'", name, from);
     doc = calloc(1, len + strlen(to) + 1);
     assert_non_null(doc);
     memcpy(doc, text, (size_t)(at - text));
@@ -1698,6 +1789,11 @@ static cnx_workflow *segmentation_with(const char *from, const char *to)
     free(doc);
     free(text);
     return wf;
+}
+
+static cnx_workflow *segmentation_with(const char *from, const char *to)
+{
+    return shipped_with("segmentation", from, to);
 }
 
 /*
@@ -1922,6 +2018,75 @@ static void test_workflow__worker_checks_refuse_at_plan_time(void **state)
     cnx_workflow_free(wf);
 }
 
+/* The alignment workers' plan-time checks, on workflows/pipeline.json
+ * changed one field at a time and planned on a recorded tile set of 4
+ * sections: each refusal names the stage, the field and the fix. */
+static const struct {
+    const char *from, *to, *names;
+} align_refusals[] = {
+    {"\"task_size\": [65536, 65536, 64]", "\"task_size\": [65536, 65536, 1]",
+     "workflow pipeline: stage match: the align-match worker takes whole "
+     "sections in slabs of 64; make it a map stage with \"task_size\": "
+     "[65536, 65536, 64]"},
+    {"\"part\": \"matches\"},", "\"part\": \"matches\"}, \"halo\": 1,",
+     "workflow pipeline: stage match: halo 1: the align-match worker reads "
+     "the two sections below each"},
+    {"\"part\": \"matches\"},\n      \"parameters\": {}",
+     "\"part\": \"matches\"}, \"parameters\": {\"stride\": 2}",
+     "workflow pipeline: stage match: align: parameters.stride: must be an "
+     "integer in [8, 4096]"},
+    {"\"part\": \"transforms\"},\n      \"parameters\": {}",
+     "\"part\": \"transforms\"}, \"parameters\": {\"nonsense\": 1}",
+     "workflow pipeline: stage solve: align: parameters"},
+    {"\"objects\": \"align_matches\"", "\"objects\": \"faces\"",
+     "workflow pipeline: stage solve: input matches: the align-match worker "
+     "(stage match) writes its per-chunk objects under \"align_matches\""},
+    {"\"layer\": \"aligned/v1\"},\n      \"parameters\": {}",
+     "\"layer\": \"aligned/v1\"}, \"parameters\": {\"stride\": 16}",
+     "workflow pipeline: stage render: the align-render worker takes no "
+     "parameters"},
+    {"\"layer\": \"aligned/v1\"},\n      \"parameters\": {},\n      "
+     "\"halo\": 0,\n      \"task_size\": [65536, 65536, 64]",
+     "\"layer\": \"aligned/v1\"}, \"parameters\": {}, \"halo\": 0, "
+     "\"task_size\": [128, 128, 64]",
+     "workflow pipeline: stage render: the align-render worker takes whole "
+     "sections in slabs of 64; make it a map stage with \"task_size\""},
+};
+
+static void test_workflow__align_checks_refuse_at_plan_time(void **state)
+{
+    const char *msg = cnx_error_last()->message;
+    char dir[64], data[160], path[256];
+    cnx_workflow *wf;
+    cnx_plan *p = NULL;
+    (void)state;
+    cnx_test_tmpdir(dir);
+    dataset_in(dir, data, sizeof(data));
+    snprintf(path, sizeof(path), "%s/data", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    write_tileset(dir, 4, 1);
+    /* The shipped file plans. */
+    wf = load_file("workflows/pipeline.json");
+    if (cnx_plan_new(&p, wf, data, NULL) != 0)
+        fail_msg("%s", msg);
+    cnx_plan_free(p);
+    p = NULL;
+    cnx_workflow_free(wf);
+    for (size_t i = 0; i < sizeof(align_refusals) / sizeof(*align_refusals);
+         i++) {
+        wf = shipped_with("pipeline", align_refusals[i].from,
+                          align_refusals[i].to);
+        if (cnx_plan_new(&p, wf, data, NULL) != CNX_ESCHEMA ||
+            strstr(msg, align_refusals[i].names) == NULL)
+            fail_msg("case %zu: '%s', wanted '%s'", i, msg,
+                     align_refusals[i].names);
+        assert_null(p);
+        assert_null(strchr(msg, '\n'));
+        cnx_workflow_free(wf);
+    }
+    cnx_test_rmtree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1942,12 +2107,14 @@ int main(void)
         cmocka_unit_test(test_workflow__segmentation_side_objects_and_parts),
         cmocka_unit_test(test_workflow__objects_and_parts_refused),
         cmocka_unit_test(test_workflow__pipeline_with_a_tile_set),
+        cmocka_unit_test(test_workflow__predictions_with_predicted_layers),
         cmocka_unit_test(test_workflow__tileset_input_refusals),
         cmocka_unit_test(test_workflow__task_cap_refuses_before_cutting),
         cmocka_unit_test(test_workflow__task_outputs_are_what_readers_read),
         cmocka_unit_test(test_workflow__halo_derived_unless_pinned),
         cmocka_unit_test(test_workflow__multi_chunk_tasks_list_every_chunk),
         cmocka_unit_test(test_workflow__worker_checks_refuse_at_plan_time),
+        cmocka_unit_test(test_workflow__align_checks_refuse_at_plan_time),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
