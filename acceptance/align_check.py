@@ -611,7 +611,32 @@ def seg_score(a, fig, check, secs, grid, shift, U, aligned, aoff, ok_z, W, H,
               split <= lim_s and merge <= lim_m)
 
 
+# The targets: printed met or MISSED (with the figure) beside the
+# checks, which use the bounds given on the command line (by default the
+# same numbers; the acceptance test and the demo pass regression bounds
+# where a target is missed, docs/align.md "Quality").
+TARGETS = (
+    ("accuracy median (one global rigid)", "error_median", "<=", 0.25, "px"),
+    ("accuracy max (one global rigid)", "error_max", "<=", 1.0, "px"),
+    ("adjacent-section jump median", "jump_median", "<=", 0.5, "px"),
+    ("Pearson r, worst section", "pearson_min", ">=", 0.95, ""),
+    ("intensity step, worst adjacent pair", "step_after_max", "<=", 0.05, ""),
+    ("VI split of the aligned segmentation", "vi_split", "<=", 0.30, "bit"),
+    ("VI merge of the aligned segmentation", "vi_merge", "<=", 0.30, "bit"),
+)
+
+
 def finish(a, fig, nfailed):
+    for name, key, op, want, unit in TARGETS:
+        if key not in fig:
+            continue
+        got = fig[key]
+        met = got <= want if op == "<=" else got >= want
+        print("target %s: %s %.4g %s %s %g %s" % (
+            "met" if met else "MISSED", name, got, unit, op, want,
+            "" if met else "(by %.4g)" % abs(got - want)))
+        fig.setdefault("targets", {})[key] = {"value": got, "target": want,
+                                              "met": met}
     fig["failed_checks"] = nfailed
     if a.json:
         with open(a.json, "w") as f:

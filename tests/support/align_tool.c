@@ -7,13 +7,15 @@
  * documents, cnx/align_io.h).
  *
  *   align_tool --sections DIR --count N --out DIR [--params JSON]
- *              [--origin X,Y] [--render] [--time]
+ *              [--origin X,Y] [--render] [--time] [--reverse]
  *
  * DIR holds zNNNNN.png (or .tif), z = 0 .. N-1, all of one size; --origin
  * places pixel (0, 0) (default 0,0). Writes OUT/matches.json (every
  * section, cnx.align-match/1), OUT/transforms.json (cnx.align/1) and with
  * --render OUT/zNNNNN.png. --time prints, on stdout, the seconds spent
- * matching, solving and rendering and the megapixels matched.
+ * matching, solving and rendering and the megapixels matched. --reverse
+ * matches the sections from the last to the first and hands the matches to
+ * the solve in that order (the documents must not change).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -28,7 +30,7 @@
 
 static const char usage[] =
     "usage: align_tool --sections DIR --count N --out DIR [--params JSON]\n"
-    "                  [--origin X,Y] [--render] [--time]\n"
+    "                  [--origin X,Y] [--render] [--time] [--reverse]\n"
     "Align a stack of sections DIR/zNNNNN.png (or .tif): writes\n"
     "OUT/matches.json, OUT/transforms.json and, with --render,\n"
     "OUT/zNNNNN.png.\n";
@@ -72,11 +74,20 @@ static int read_section(const char *dir, int64_t z, cnx_image **img)
     return cnx_image_read(img, path);
 }
 
+/* Matches by section, then the nearer one first. */
+static int by_section(const void *pa, const void *pb)
+{
+    const cnx_align_match *a = pa, *b = pb;
+    if (a->zb != b->zb)
+        return a->zb < b->zb ? -1 : 1;
+    return (a->za < b->za) - (a->za > b->za);
+}
+
 int main(int argc, char **argv)
 {
     const char *sections = NULL, *out = NULL, *params = NULL;
     int64_t count = 0, ox = 0, oy = 0;
-    int render = 0, timing = 0;
+    int render = 0, timing = 0, reverse = 0;
     cnx_align_params p;
     cnx_align_slab_matches all;
     cnx_align_solution sol;
@@ -106,6 +117,8 @@ int main(int argc, char **argv)
             render = 1;
         else if (strcmp(argv[i], "--time") == 0)
             timing = 1;
+        else if (strcmp(argv[i], "--reverse") == 0)
+            reverse = 1;
         else if (strcmp(argv[i], "--help") == 0) {
             fputs(usage, stdout);
             return 0;
@@ -149,7 +162,8 @@ int main(int argc, char **argv)
     }
     t0 = now();
     all.grid = cnx_align_grid_of(ox, oy, sec[0].w, sec[0].h, &p);
-    for (int64_t z = 0; z < count; z++) {
+    for (int64_t k = 0; k < count; k++) {
+        const int64_t z = reverse ? count - 1 - k : k;
         all.z[z] = z;
         all.stats[z] = cnx_align_stats_of(&sec[z]);
         for (int64_t d = 1; d <= 2 && z - d >= 0; d++) {
@@ -166,6 +180,9 @@ int main(int argc, char **argv)
                         all.stats, &p, &sol) != 0)
         return fail("solve");
     t_solve = now() - t0;
+    /* The document lists each section's matches as the forward run makes
+     * them: z - 1, then z - 2. */
+    qsort(all.matches, all.nmatches, sizeof(*all.matches), by_section);
     if (cnx_align_matches_encode(&all, &doc) != 0)
         return fail("matches");
     snprintf(path, sizeof(path), "%s/matches.json", out);
