@@ -161,6 +161,11 @@ def main():
                          "undistorted true image (align_tool over the "
                          "dataset's image layer)")
     ap.add_argument("--control-max-error", type=float, default=1.0)
+    ap.add_argument("--accuracy-report-only", action="store_true",
+                    help="print the accuracy against the truth and the "
+                         "correlation with the true image instead of "
+                         "checking them (the demo: its seed and size are "
+                         "not the acceptance test's)")
     ap.add_argument("--control-max-median", type=float, default=0.25)
     ap.add_argument("--block", type=int)
     ap.add_argument("--overlap", type=int)
@@ -180,6 +185,15 @@ def main():
     def check(what, ok):
         print(("ok: " if ok else "FAILED: ") + what)
         failed[0] += not ok
+
+    def accuracy(what, ok):
+        """A check of the accuracy against the truth, or with
+        --accuracy-report-only a figure (the target lines say met or
+        MISSED)."""
+        if a.accuracy_report_only:
+            print("  " + what)
+        else:
+            check(what, ok)
 
     # ---- the dataset's truth ------------------------------------------
     _, image = read_layer(os.path.join(a.dataset, "image"))
@@ -342,7 +356,7 @@ def main():
     print("  G: rotation %.4f deg, translation (%.3f, %.3f); worst sections "
           "(z: max error px): %s" % (fig["G"]["rotation_deg"], c[0], c[1],
                                       ", ".join("%d: %.3f" % kv for kv in worst)))
-    check("accuracy vs truth (one global rigid G): median %.3f px <= %.2f, max "
+    accuracy("accuracy vs truth (one global rigid G): median %.3f px <= %.2f, max "
           "%.3f px <= %.2f (p99 %.3f, %d nodes of %d ok sections)"
           % (fig["error_median"], a.max_median_error, fig["error_max"],
              a.max_error, fig["error_p99"], err.size, len(per_sec)),
@@ -384,7 +398,7 @@ def main():
             fig["control_error_median"] = float(np.median(ec))
             fig["control_error_max"] = float(ec.max())
             fig["control_error_p99"] = float(np.percentile(ec, 99))
-            check("accuracy against the control (the same kernel on the "
+            accuracy("accuracy against the control (the same kernel on the "
                   "undistorted true stack: the tissue's own drift removed): "
                   "median %.3f px <= %.2f, max %.3f px <= %.2f (p99 %.3f, %d "
                   "nodes)" % (fig["control_error_median"],
@@ -463,7 +477,7 @@ def main():
         fig["pearson_min"], fig["pearson_median"] = float(cv.min()), float(np.median(cv))
         fig["pearson_section"] = {int(k): v for k, v in corr.items()}
         worst = sorted(corr.items(), key=lambda kv: kv[1])[:3]
-        check("aligned vs true image at G(q): Pearson r median %.4f, min %.4f "
+        accuracy("aligned vs true image at G(q): Pearson r median %.4f, min %.4f "
               ">= %.2f (lowest z: %s)" % (fig["pearson_median"],
                                           fig["pearson_min"], a.min_pearson,
                                           ", ".join("%d %.4f" % kv for kv in worst)),

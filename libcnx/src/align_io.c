@@ -33,6 +33,7 @@ int cnx_align_params_parse(const char *json, cnx_align_params *p)
                                        "normalize",
                                        "highpass",
                                        "bin",
+                                       "anchor",
                                        NULL};
     cnx_align_params q;
     json_t *js = NULL;
@@ -68,6 +69,8 @@ int cnx_align_params_parse(const char *json, cnx_align_params *p)
     if (rc == 0)
         rc = cnx__json_param_number(js, "stiffness", 0, 1e6, 1, WHAT,
                                     &q.stiffness);
+    if (rc == 0)
+        rc = cnx__json_param_number(js, "anchor", 0, 1, 0, WHAT, &q.anchor);
     if (rc == 0)
         rc = cnx__json_param_flag(js, "normalize", WHAT, &q.normalize);
     json_decref(js);

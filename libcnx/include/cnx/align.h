@@ -80,6 +80,11 @@ typedef struct cnx_align_params {
                               is not used: 0 .. 1 (0.1) */
     double stiffness;      /* spring within a section relative to a match
                               spring: > 0 .. 10^6 (0.05) */
+    double anchor;         /* spring from every node to its stitched
+                              position, relative to a match spring: the
+                              stage's coordinates are unbiased on average,
+                              the tissue's drift between sections is not:
+                              0 .. 1 (1e-4) */
     int64_t block;         /* sections per solve block: 2 .. 10^6 (128) */
     int64_t overlap;       /* sections shared by consecutive blocks:
                               1 .. block / 2 (32) */

@@ -41,6 +41,7 @@ void cnx_align_params_default(cnx_align_params *p)
     p->max_deviation = 2.0;
     p->min_valid = 0.1;
     p->stiffness = 0.05;
+    p->anchor = 1e-4;
     p->block = 128;
     p->overlap = 32;
     p->normalize = 1;
@@ -69,6 +70,8 @@ int cnx_align_params_check(const cnx_align_params *p)
         field = "min_valid", range = "a number in [0, 1]";
     else if (!(p->stiffness > 0.0 && p->stiffness <= 1e6))
         field = "stiffness", range = "a number in (0, 1e6]";
+    else if (!(p->anchor >= 0.0 && p->anchor <= 1.0))
+        field = "anchor", range = "a number in [0, 1]";
     else if (p->block < 2 || p->block > 1000000)
         field = "block", range = "an integer in [2, 1000000]";
     else if (p->overlap < 1 || p->overlap > p->block / 2)
@@ -499,6 +502,18 @@ done:
     return rc;
 }
 
+/* Clip the run [*x, *x + *len) to [lo, hi) (len starts at P). */
+static void clip_axis(int64_t *x, int64_t *len, int64_t lo, int64_t hi,
+                      int64_t P)
+{
+    int64_t x1 = *x + P;
+    if (*x < lo)
+        *x = lo;
+    if (x1 > hi)
+        x1 = hi;
+    *len = x1 - *x;
+}
+
 /* Match a against b (checked; high-passed when asked). */
 static int match_filtered(const cnx_align_image *a, const cnx_align_image *b,
                           const cnx_align_params *p, const cnx_align_grid *gp,
@@ -506,7 +521,7 @@ static int match_filtered(const cnx_align_image *a, const cnx_align_image *b,
 {
     const cnx_align_grid g = *gp;
     const int64_t P = p->patch, r = p->patch_search, W = P + 2 * r;
-    int64_t *za = NULL, *zb = NULL, cx, cy;
+    int64_t *za = NULL, *zb = NULL, cx, cy, lo[2], hi[2];
     uint8_t *pa = NULL, *pb = NULL;
     mont_work work;
     int rc = 0;
@@ -533,25 +548,45 @@ static int match_filtered(const cnx_align_image *a, const cnx_align_image *b,
         goto done;
     cx = (int64_t)align_round(out->coarse[0]);
     cy = (int64_t)align_round(out->coarse[1]);
+    /* Where a patch of b may lie: inside b's data box and, moved by the
+     * coarse shift and grown by the search, inside a's. */
+    {
+        int64_t da[4], db[4];
+        data_box(a, da);
+        data_box(b, db);
+        lo[0] = db[0] > da[0] - cx + r ? db[0] : da[0] - cx + r;
+        lo[1] = db[1] > da[1] - cy + r ? db[1] : da[1] - cy + r;
+        hi[0] = db[2] < da[2] - cx - r ? db[2] : da[2] - cx - r;
+        hi[1] = db[3] < da[3] - cy - r ? db[3] : da[3] - cy - r;
+    }
     for (int64_t j = 0; j < g.ny; j++)
         for (int64_t i = 0; i < g.nx; i++) {
             const size_t n = (size_t)(j * g.nx + i);
-            /* Patch of b centred on the node (section-local pixels). */
-            const int64_t bx =
+            /* Patch of b centred on the node (section-local pixels),
+             * clipped to where both sections have data: near the edge of
+             * the tissue a node keeps the part of its patch (at least
+             * half of each side) whose window in a still has data. */
+            int64_t bx =
                 align_floor(g.x0 + (double)i * g.step + 0.5) - b->x0 - P / 2;
-            const int64_t by =
+            int64_t by =
                 align_floor(g.y0 + (double)j * g.step + 0.5) - b->y0 - P / 2;
-            const int64_t ax = bx + cx - r, ay = by + cy - r;
+            int64_t pw = P, ph = P, ax, ay;
             cnx_montage_pair pair;
             mont_stats st;
-            if (!rect_ok(zb, b->w, b->h, bx, by, P, P) ||
-                !rect_ok(za, a->w, a->h, ax, ay, W, W))
+            clip_axis(&bx, &pw, lo[0], hi[0], P);
+            clip_axis(&by, &ph, lo[1], hi[1], P);
+            ax = bx + cx - r;
+            ay = by + cy - r;
+            if (pw < P / 2 || ph < P / 2 ||
+                !rect_ok(zb, b->w, b->h, bx, by, pw, ph) ||
+                !rect_ok(za, a->w, a->h, ax, ay, pw + 2 * r, ph + 2 * r))
                 continue;
-            copy_rect(a, ax, ay, W, W, pa);
-            copy_rect(b, bx, by, P, P, pb);
+            copy_rect(a, ax, ay, pw + 2 * r, ph + 2 * r, pa);
+            copy_rect(b, bx, by, pw, ph, pb);
             {
-                const cnx_montage_tile ta = {"a", 0, 0, W, W, pa};
-                const cnx_montage_tile tb = {"b", r, r, P, P, pb};
+                const cnx_montage_tile ta = {"a",        0,          0,
+                                             pw + 2 * r, ph + 2 * r, pa};
+                const cnx_montage_tile tb = {"b", r, r, pw, ph, pb};
                 rc = mont_register(&work, &ta, &tb, r, &pair, &st);
             }
             if (rc == 1) {

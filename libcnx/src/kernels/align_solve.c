@@ -13,14 +13,10 @@
  * the term is dropped.
  * Energy, x and y apart with the same matrix: sum over used matches and
  * their terms of w |d_a(n) - d_b(n) - m|^2 (w 1 for zb - za = 1, 0.5 for
- * 2) + stiffness x sum over sections and
- * 4-neighbour node edges of
- * |(d_z(n) - d_z(n')) - (r_z(n) - r_z(n'))|^2 + 1e-9 |d_z(n)|^2, r_z the
- * rest shape: the section turned by its rotation (rotations(): one angle
- * per section from the matches, by least squares over the stack), so the
- * springs resist deformation and not the section's rotation, which first
- * differences alone would (by about stiffness x rotation x step at the
- * free edge of the grid). The positions g_n +
+ * 2) + stiffness x sum over sections and 4-neighbour node edges of
+ * |d_z(n) - d_z(n')|^2 + (anchor + 1e-9) |d_z(n)|^2. (The edge springs resist a
+ * section's rotation relative to its neighbours: at the free grid edge
+ * they pull by about stiffness x rotation x step.) The positions g_n +
  * d_b(n) are fixed per pass: 3 passes, the first at d_b = 0, each next at
  * the previous pass's d. Each pass is a Jacobi-preconditioned conjugate
  * gradient solve (loops over sections, then nodes) from the previous
@@ -186,10 +182,11 @@ typedef struct solver {
     const cnx_align_grid *grid;
     size_t nodes;
     double stiffness;
-    size_t nu;    /* unknown sections of the block */
-    size_t *sec;  /* slot -> section */
-    size_t *slot; /* section -> slot or NONE (nz) */
-    size_t nt;    /* terms */
+    double anchor; /* |d|^2 weight per node: towards the stitched position */
+    size_t nu;     /* unknown sections of the block */
+    size_t *sec;   /* slot -> section */
+    size_t *slot;  /* section -> slot or NONE (nz) */
+    size_t nt;     /* terms */
     term *t;
     double *tw;      /* nt * nodes: weight of the term at node n, or 0 */
     double *tx, *ty; /* nt * nodes: m at the pass's position */
@@ -200,7 +197,6 @@ typedef struct solver {
     uint32_t *run;        /* nz: the runs of the stack (union-find) */
     const double *target; /* 2 per run root: mean translation of a free
                              component of that run */
-    const double *rot;    /* nz: each section's rotation (its sine) */
 } solver;
 
 /* out = A v for the block's matrix. */
@@ -210,7 +206,7 @@ static void apply(const solver *s, const double *v, double *out)
                  ny = (size_t)s->grid->ny;
     const double k = s->stiffness;
     for (size_t i = 0; i < s->nu * N; i++)
-        out[i] = RIDGE * v[i];
+        out[i] = (RIDGE + s->anchor) * v[i];
     for (size_t u = 0; u < s->nu; u++) {
         const double *vu = v + u * N;
         double *ou = out + u * N;
@@ -321,7 +317,7 @@ static void build_terms(solver *s)
                 const size_t deg =
                     (i > 0) + (i + 1 < nx) + (j > 0) + (j + 1 < ny);
                 s->diag[u * N + j * nx + i] =
-                    RIDGE + s->stiffness * (double)deg;
+                    RIDGE + s->anchor + s->stiffness * (double)deg;
             }
     for (size_t t = 0; t < s->nt; t++) {
         const term *tm = &s->t[t];
@@ -334,48 +330,11 @@ static void build_terms(solver *s)
     }
 }
 
-/* The rest displacement of node n of a section rotated by sine sn about
- * the grid's centre, axis ax: ((R - I)(g_n - c))_ax. */
-static double rest_at(const cnx_align_grid *g, size_t n, double sn, int ax)
-{
-    const double cs = align_sqrt(1.0 - sn * sn);
-    const double ex = (double)((int64_t)n % g->nx) * g->step -
-                      (double)(g->nx - 1) * g->step / 2.0;
-    const double ey = (double)((int64_t)n / g->nx) * g->step -
-                      (double)(g->ny - 1) * g->step / 2.0;
-    return ax ? sn * ex + (cs - 1.0) * ey : (cs - 1.0) * ex - sn * ey;
-}
-
 /* The right-hand side of one axis (0: x, 1: y). */
 static void build_rhs(solver *s, int ax, const cnx_align_solution *out)
 {
-    const size_t N = s->nodes, nx = (size_t)s->grid->nx,
-                 ny = (size_t)s->grid->ny;
-    const double k = s->stiffness;
+    const size_t N = s->nodes;
     memset(s->rhs, 0, s->nu * N * sizeof(*s->rhs));
-    /* The springs' rest shape: the section turned by its rotation, so the
-     * springs resist deformation, not the rotation itself. */
-    for (size_t u = 0; u < s->nu; u++) {
-        const double sn = s->rot[s->sec[u]];
-        double *ru = s->rhs + u * N;
-        if (sn == 0.0)
-            continue;
-        for (size_t j = 0; j < ny; j++)
-            for (size_t i = 0; i < nx; i++) {
-                const size_t n = j * nx + i;
-                const double r = rest_at(s->grid, n, sn, ax);
-                if (i + 1 < nx) {
-                    const double e = k * (r - rest_at(s->grid, n + 1, sn, ax));
-                    ru[n] += e;
-                    ru[n + 1] -= e;
-                }
-                if (j + 1 < ny) {
-                    const double e = k * (r - rest_at(s->grid, n + nx, sn, ax));
-                    ru[n] += e;
-                    ru[n + nx] -= e;
-                }
-            }
-    }
     for (size_t t = 0; t < s->nt; t++) {
         const term *tm = &s->t[t];
         const double *w = s->tw + t * N;
@@ -739,124 +698,6 @@ static void bridge(cnx_align_solution *out)
 
 /* ---- the whole solve --------------------------------------------------- */
 
-/*
- * Each OK section's rotation (as a sine), for the springs' rest shape:
- * per used match, the least-squares rotation of its valid nodes'
- * displacements about their centroid, m(g) ~ t + theta J (g - c) with J
- * the quarter turn, so theta_a - theta_b = theta_ab; then the rotations of
- * the stack from those differences by least squares (weights: the match
- * weight times its valid nodes; a ridge of 1e-9), solved by conjugate
- * gradients in a fixed order, and their mean over the OK sections
- * subtracted (one global rotation is the aligned frame's to choose).
- * @return 0 or CNX_ENOMEM.
- */
-static int rotations(const cnx_align_grid *g,
-                     const cnx_align_match *const *used, size_t nused,
-                     int64_t z0, const cnx_align_solution *out, double *rot)
-{
-    const size_t nz = (size_t)out->nz, N = out->nodes;
-    double *dth = malloc((nused + 1) * sizeof(*dth));
-    double *wt = malloc((nused + 1) * sizeof(*wt));
-    double *diag = calloc(nz, sizeof(*diag)), *b = calloc(nz, sizeof(*b));
-    double *r = malloc(nz * sizeof(*r)), *pp = malloc(nz * sizeof(*pp));
-    double *q = malloc(nz * sizeof(*q));
-    double rr, mean = 0.0;
-    size_t nok = 0;
-    int rc = 0;
-    if (!dth || !wt || !diag || !b || !r || !pp || !q) {
-        rc = CNX_ENOMEM;
-        goto done;
-    }
-    for (size_t k = 0; k < nused; k++) {
-        const cnx_align_match *m = used[k];
-        double cx = 0, cy = 0, mx = 0, my = 0, num = 0, den = 0, v = 0;
-        for (size_t n = 0; n < N; n++)
-            if (m->flag[n] == CNX_ALIGN_NODE_OK) {
-                cx += (double)((int64_t)n % g->nx);
-                cy += (double)((int64_t)n / g->nx);
-                mx += m->dx[n];
-                my += m->dy[n];
-                v += 1.0;
-            }
-        cx /= v;
-        cy /= v;
-        mx /= v;
-        my /= v;
-        for (size_t n = 0; n < N; n++)
-            if (m->flag[n] == CNX_ALIGN_NODE_OK) {
-                const double ex = ((double)((int64_t)n % g->nx) - cx) * g->step;
-                const double ey = ((double)((int64_t)n / g->nx) - cy) * g->step;
-                num += ex * (m->dy[n] - my) - ey * (m->dx[n] - mx);
-                den += ex * ex + ey * ey;
-            }
-        dth[k] = den > 0.0 ? num / den : 0.0;
-        wt[k] = den > 0.0 ? (m->zb - m->za == 1 ? 1.0 : WEIGHT_SKIP) * v : 0.0;
-    }
-    /* A theta = b: sum over matches of w (theta_a - theta_b - dth)^2. */
-    for (size_t z = 0; z < nz; z++)
-        diag[z] = RIDGE;
-    for (size_t k = 0; k < nused; k++) {
-        const size_t a = (size_t)(used[k]->za - z0),
-                     bb = (size_t)(used[k]->zb - z0);
-        diag[a] += wt[k];
-        diag[bb] += wt[k];
-        b[a] += wt[k] * dth[k];
-        b[bb] -= wt[k] * dth[k];
-    }
-    /* CG from 0 (the matrix: diag minus the match weights off it). */
-    memset(rot, 0, nz * sizeof(*rot));
-    memcpy(r, b, nz * sizeof(*r));
-    memcpy(pp, r, nz * sizeof(*pp));
-    rr = 0.0;
-    for (size_t z = 0; z < nz; z++)
-        rr += r[z] * r[z];
-    for (int it = 0; it < CG_MAX && rr > 1e-30; it++) {
-        double pq = 0.0, rr2 = 0.0, alpha;
-        for (size_t z = 0; z < nz; z++)
-            q[z] = diag[z] * pp[z];
-        for (size_t k = 0; k < nused; k++) {
-            const size_t a = (size_t)(used[k]->za - z0),
-                         bb = (size_t)(used[k]->zb - z0);
-            q[a] -= wt[k] * pp[bb];
-            q[bb] -= wt[k] * pp[a];
-        }
-        for (size_t z = 0; z < nz; z++)
-            pq += pp[z] * q[z];
-        if (!(pq > 0.0))
-            break;
-        alpha = rr / pq;
-        for (size_t z = 0; z < nz; z++) {
-            rot[z] += alpha * pp[z];
-            r[z] -= alpha * q[z];
-            rr2 += r[z] * r[z];
-        }
-        for (size_t z = 0; z < nz; z++)
-            pp[z] = r[z] + (rr2 / rr) * pp[z];
-        rr = rr2;
-    }
-    for (size_t z = 0; z < nz; z++)
-        if (out->sections[z].status == CNX_ALIGN_SECTION_OK) {
-            mean += rot[z];
-            nok++;
-        }
-    mean = nok > 0 ? mean / (double)nok : 0.0;
-    for (size_t z = 0; z < nz; z++) {
-        rot[z] = out->sections[z].status == CNX_ALIGN_SECTION_OK ? rot[z] - mean
-                                                                 : 0.0;
-        /* A sine: keep it inside the unit interval whatever the input. */
-        rot[z] = rot[z] > 0.5 ? 0.5 : rot[z] < -0.5 ? -0.5 : rot[z];
-    }
-done:
-    free(dth);
-    free(wt);
-    free(diag);
-    free(b);
-    free(r);
-    free(pp);
-    free(q);
-    return rc;
-}
-
 int cnx_align_solve(const cnx_align_grid *grid, int64_t z0, int64_t nz,
                     const cnx_align_match *matches, size_t nmatches,
                     const cnx_align_stats *stats, const cnx_align_params *p,
@@ -867,7 +708,7 @@ int cnx_align_solve(const cnx_align_grid *grid, int64_t z0, int64_t nz,
     int *use = NULL;
     uint32_t *run = NULL;
     size_t *mine = NULL, *nmine = NULL; /* per section: 4 match slots */
-    double *buf = NULL, *target = NULL, *rot = NULL;
+    double *buf = NULL, *target = NULL;
     solver s;
     size_t N, nused = 0, bmax;
     int rc;
@@ -968,6 +809,7 @@ int cnx_align_solve(const cnx_align_grid *grid, int64_t z0, int64_t nz,
     s.grid = grid;
     s.nodes = N;
     s.stiffness = p->stiffness;
+    s.anchor = p->anchor;
     s.sec = malloc(bmax * sizeof(*s.sec));
     s.slot = malloc((size_t)nz * sizeof(*s.slot));
     s.t = malloc((2 * bmax + 1) * sizeof(*s.t));
@@ -995,10 +837,6 @@ int cnx_align_solve(const cnx_align_grid *grid, int64_t z0, int64_t nz,
         s.slot[z] = NONE;
     s.run = run;
     s.target = target;
-    rot = calloc((size_t)nz, sizeof(*rot));
-    if (rot == NULL || rotations(grid, used, nused, z0, out, rot) != 0)
-        goto nomem;
-    s.rot = rot;
     solve_all(&s, p, used, nused, z0, out);
     if (out->blocks > 1) {
         /* again, each run's free part placed so that the run ends up near
@@ -1045,7 +883,6 @@ done:
     free(nmine);
     free(buf);
     free(target);
-    free(rot);
     free(s.sec);
     free(s.slot);
     free(s.t);

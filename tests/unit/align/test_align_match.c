@@ -185,28 +185,72 @@ static int clear(const uint8_t *px, int64_t x0, int64_t y0, int64_t x1,
 
 enum { MUST_OK, MUST_NODATA, EITHER };
 
+/* Box [x0, x1) x [y0, y1) of the pixels != 0, less 2 px on each side (the
+ * kernel's data box). */
+static void data_box_of(const uint8_t *px, double box[4])
+{
+    int64_t lo[2] = {W, H}, hi[2] = {-1, -1};
+    for (int64_t j = 0; j < H; j++)
+        for (int64_t i = 0; i < W; i++)
+            if (px[j * W + i] != 0) {
+                lo[0] = i < lo[0] ? i : lo[0];
+                hi[0] = i > hi[0] ? i : hi[0];
+                lo[1] = j < lo[1] ? j : lo[1];
+                hi[1] = j > hi[1] ? j : hi[1];
+            }
+    box[0] = (double)lo[0] + 2;
+    box[1] = (double)lo[1] + 2;
+    box[2] = (double)hi[0] - 1;
+    box[3] = (double)hi[1] - 1;
+}
+
 /*
  * What the flags must say at a node g (layer) from the geometry alone:
- * b's patch is P x P around g, a's window the patch moved by c and grown
- * by r on each side. Grown by a 2 px slack and clear in both: the node has
- * its data (MUST_OK, given texture); shrunk by the slack and still leaving
- * the section or touching a 0: MUST_NODATA; else no claim.
+ * b's patch is P x P around g, clipped per axis to where both sections
+ * have data (b's data box, and a's moved by -c and shrunk by r); it must
+ * keep at least P / 2 on each axis, and a's window is the clipped patch
+ * moved by c and grown by r. Long enough and clear in both with a 2 px
+ * slack: the node has its data (MUST_OK, given texture); too short, or
+ * touching a 0 even shrunk by the slack: MUST_NODATA; else no claim.
  */
 static int expect(const uint8_t *a, const uint8_t *b, double gx, double gy,
-                  const double c[2], int64_t P, int64_t r)
+                  const double c[2], int64_t P, int64_t r, double centre[2])
 {
     const double h = (double)P / 2.0, s = 2.0;
-    const double lx = gx - X0, ly = gy - Y0;
-    const double ax = lx + c[0], ay = ly + c[1];
-    if (clear(b, (int64_t)floor(lx - h - s), (int64_t)floor(ly - h - s),
-              (int64_t)ceil(lx + h + s), (int64_t)ceil(ly + h + s)) &&
-        clear(a, (int64_t)floor(ax - h - r - s), (int64_t)floor(ay - h - r - s),
-              (int64_t)ceil(ax + h + r + s), (int64_t)ceil(ay + h + r + s)))
+    const double l[2] = {gx - X0, gy - Y0};
+    const double cc[2] = {floor(c[0] + 0.5), floor(c[1] + 0.5)};
+    double ba[4], bb[4], x0[2], x1[2];
+    int longer = 1, shorter = 0;
+    data_box_of(a, ba);
+    data_box_of(b, bb);
+    for (int k = 0; k < 2; k++) {
+        const double lo = fmax(bb[k], ba[k] - cc[k] + (double)r);
+        const double hi = fmin(bb[k + 2], ba[k + 2] - cc[k] - (double)r);
+        x0[k] = fmax(l[k] - h, lo);
+        x1[k] = fmin(l[k] + h, hi);
+        longer &= x1[k] - x0[k] >= h + s;
+        shorter |= x1[k] - x0[k] < h - s;
+        /* what the node measures: the middle of its clipped patch */
+        centre[k] =
+            (x1[k] - x0[k] >= (double)P ? l[k] : (x0[k] + x1[k]) / 2.0) +
+            (k == 0 ? X0 : Y0);
+    }
+    if (shorter)
+        return MUST_NODATA;
+    if (longer &&
+        clear(b, (int64_t)floor(x0[0] - s), (int64_t)floor(x0[1] - s),
+              (int64_t)ceil(x1[0] + s), (int64_t)ceil(x1[1] + s)) &&
+        clear(a, (int64_t)floor(x0[0] + cc[0] - r - s),
+              (int64_t)floor(x0[1] + cc[1] - r - s),
+              (int64_t)ceil(x1[0] + cc[0] + r + s),
+              (int64_t)ceil(x1[1] + cc[1] + r + s)))
         return MUST_OK;
-    if (!clear(b, (int64_t)ceil(lx - h + s), (int64_t)ceil(ly - h + s),
-               (int64_t)floor(lx + h - s), (int64_t)floor(ly + h - s)) ||
-        !clear(a, (int64_t)ceil(ax - h - r + s), (int64_t)ceil(ay - h - r + s),
-               (int64_t)floor(ax + h + r - s), (int64_t)floor(ay + h + r - s)))
+    if (!clear(b, (int64_t)ceil(x0[0] + s), (int64_t)ceil(x0[1] + s),
+               (int64_t)floor(x1[0] - s), (int64_t)floor(x1[1] - s)) ||
+        !clear(a, (int64_t)ceil(x0[0] + cc[0] - r + s),
+               (int64_t)ceil(x0[1] + cc[1] - r + s),
+               (int64_t)floor(x1[0] + cc[0] + r - s),
+               (int64_t)floor(x1[1] + cc[1] + r - s)))
         return MUST_NODATA;
     return EITHER;
 }
@@ -224,11 +268,11 @@ static size_t check_match(const uint8_t *a, const uint8_t *b, const field *d,
     assert_int_equal(m->nodes, (size_t)(g.nx * g.ny));
     assert_true(m->coarse_peak > 0.0);
     for (size_t n = 0; n < m->nodes; n++) {
-        double gx, gy, tx, ty;
+        double gx, gy, tx, ty, centre[2];
         int e;
         node_pos(&g, n, &gx, &gy);
-        field_at(d, gx, gy, &tx, &ty);
-        e = expect(a, b, gx, gy, m->coarse, p->patch, p->patch_search);
+        e = expect(a, b, gx, gy, m->coarse, p->patch, p->patch_search, centre);
+        field_at(d, centre[0], centre[1], &tx, &ty);
         if (e == MUST_NODATA) {
             if (m->flag[n] != CNX_ALIGN_NODE_NODATA)
                 fail_msg("node %zu at (%g, %g): flag %d, want NODATA", n, gx,
@@ -640,7 +684,10 @@ static void test_align_match__nodata_border_and_holes(void **state)
         if (m.flag[n] == CNX_ALIGN_NODE_NODATA)
             assert_true(m.peak[n] == 0.0);
     }
-    assert_true(nodata > 28 && ok > 10);
+    /* nodes near the border keep the part of their patch with data (at
+     * least half): only the outer ring and the holes' nodes are lost */
+    print_message("nodata %zu, ok %zu\n", nodata, ok);
+    assert_true(nodata > 20 && ok > 30);
     cnx_align_match_free(&m);
     free(a);
     free(b);
