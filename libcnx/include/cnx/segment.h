@@ -113,6 +113,11 @@ typedef struct cnx_segment_params {
     /* 0: the input is a boundary map (high = membrane); 1: a raw EM image
      * (dark membranes), put through the membrane filter first (0). */
     int raw_input;
+    /* raw_input only: 1: voxels of value 0 are outside the tissue (what the
+     * montage and the aligner write where there is no data): they take the
+     * mean of the others before the filter and are boundary (1) after it,
+     * so segments do not run through them (0). */
+    int nodata_zero;
     /* Isotropic 3D, sections, 2D, or chosen from resolution (AUTO). */
     cnx_segment_mode mode;
     /* Membrane filter scale, nm, raw_input only: 1 .. 1000 (6). */
@@ -146,8 +151,8 @@ void cnx_segment_params_default(cnx_segment_params *p);
 /**
  * Parse a JSON object of parameters over the defaults (resolution too:
  * set it from the input's scale afterwards). Keys (all
- * optional): "raw_input" (boolean or 0/1), "mode" ("auto", "3d",
- * "sections", "2d"), "filter_sigma_nm", "filter_ridge",
+ * optional): "raw_input", "nodata_zero" (booleans or 0/1), "mode" ("auto",
+ * "3d", "sections", "2d"), "filter_sigma_nm", "filter_ridge",
  * "filter_background_nm", "seed_distance_nm", "seed_threshold",
  * "merge_threshold", "min_size_nm3" (numbers), "seed_method"
  * ("distance" or "minima"), with the ranges of cnx_segment_params.

@@ -61,7 +61,10 @@ static int get_choice(const json_t *js, const char *key,
     for (int i = 0; i < n; i++) {
         size_t len = strlen(list);
         snprintf(list + len, sizeof(list) - len, "%s\"%s\"",
-                 i == 0 ? "" : i == n - 1 ? " or " : ", ", names[i]);
+                 i == 0       ? ""
+                 : i == n - 1 ? " or "
+                              : ", ",
+                 names[i]);
     }
     return cnx_error_set(CNX_ESCHEMA, 0, WHAT ".%s: must be %s", key, list);
 }
@@ -95,10 +98,12 @@ static int parse_keys(const json_t *js, cnx_segment_params *p)
     if (rc == 0)
         rc = cnx__json_param_flag(js, "raw_input", WHAT, &p->raw_input);
     if (rc == 0)
+        rc = cnx__json_param_flag(js, "nodata_zero", WHAT, &p->nodata_zero);
+    if (rc == 0)
         rc = get_choice(js, "mode", modes, &mode);
     if (rc == 0)
-        rc = cnx__json_param_number(js, "filter_sigma_nm", 1.0, 1000.0, 0,
-                                    WHAT, &p->filter_sigma_nm);
+        rc = cnx__json_param_number(js, "filter_sigma_nm", 1.0, 1000.0, 0, WHAT,
+                                    &p->filter_sigma_nm);
     if (rc == 0)
         rc = cnx__json_param_number(js, "filter_ridge", 0.0, 1.0, 0, WHAT,
                                     &p->filter_ridge);
@@ -126,23 +131,13 @@ static int parse_keys(const json_t *js, cnx_segment_params *p)
 
 int cnx_segment_params_parse(cnx_segment_params *p, const char *json)
 {
-    static const char *const keys[] = {"raw_input",
-                                       "mode",
-                                       "filter_sigma_nm",
-                                       "filter_ridge",
-                                       "filter_background_nm",
-                                       "seed_distance_nm",
-                                       "seed_threshold",
-                                       "seed_method",
-                                       "merge_threshold",
-                                       "min_size_nm3",
-                                       /* refused by old_keys, by name */
-                                       "sections",
-                                       "filter_sigma",
-                                       "filter_background",
-                                       "seed_min_distance",
-                                       "min_size",
-                                       NULL};
+    static const char *const keys[] = {
+        "raw_input", "nodata_zero", "mode", "filter_sigma_nm", "filter_ridge",
+        "filter_background_nm", "seed_distance_nm", "seed_threshold",
+        "seed_method", "merge_threshold", "min_size_nm3",
+        /* refused by old_keys, by name */
+        "sections", "filter_sigma", "filter_background", "seed_min_distance",
+        "min_size", NULL};
     cnx_segment_params tmp;
     json_t *js = NULL;
     int rc;
@@ -170,9 +165,9 @@ static double vox(const cnx_segment_params *p, double nm, int i)
 }
 
 /* Voxel-unit limits of the derived settings (memory and time bounds). */
-#define SIGMA_MAX 16.0      /* filter scale, voxels */
+#define SIGMA_MAX 16.0       /* filter scale, voxels */
 #define BACKGROUND_MAX 256.0 /* shading radius, voxels */
-#define SEED_MAX 64.0       /* seed window half side, voxels */
+#define SEED_MAX 64.0        /* seed window half side, voxels */
 
 static int bad_voxels(const char *field, double v, double max)
 {
@@ -191,6 +186,8 @@ int cnx_segment_params_check(const cnx_segment_params *p)
             return bad_field("resolution");
     if (p->raw_input != 0 && p->raw_input != 1)
         return bad_field("raw_input");
+    if (p->nodata_zero != 0 && p->nodata_zero != 1)
+        return bad_field("nodata_zero");
     if (p->mode < CNX_SEGMENT_MODE_AUTO || p->mode > CNX_SEGMENT_MODE_2D)
         return bad_field("mode");
     if (!(p->filter_sigma_nm >= 1.0 && p->filter_sigma_nm <= 1000.0))
@@ -216,8 +213,7 @@ int cnx_segment_params_check(const cnx_segment_params *p)
         if (p->raw_input && 2.0 * vox(p, p->filter_sigma_nm, i) > SIGMA_MAX)
             return bad_voxels("2 x filter_sigma_nm",
                               2.0 * vox(p, p->filter_sigma_nm, i), SIGMA_MAX);
-        if (p->raw_input &&
-            vox(p, p->filter_background_nm, i) > BACKGROUND_MAX)
+        if (p->raw_input && vox(p, p->filter_background_nm, i) > BACKGROUND_MAX)
             return bad_voxels("filter_background_nm",
                               vox(p, p->filter_background_nm, i),
                               BACKGROUND_MAX);
@@ -443,7 +439,23 @@ int cnx_segment_boundary_u8(const uint8_t *in, const int64_t size[3],
         return cnx_error_set(CNX_ENOMEM, 0, "segment: out of memory");
     for (size_t i = 0; i < n; i++)
         img[i] = (float)in[i] / 255.0f;
+    if (p->nodata_zero) {
+        /* No data takes the mean of the data (no edge for the filter). */
+        double sum = 0.0;
+        size_t cnt = 0;
+        for (size_t i = 0; i < n; i++)
+            if (in[i] != 0) {
+                sum += (double)img[i];
+                cnt++;
+            }
+        for (size_t i = 0; i < n; i++)
+            if (in[i] == 0)
+                img[i] = cnt > 0 ? (float)(sum / (double)cnt) : 0.0f;
+    }
     rc = filter_raw(img, size, &c, boundary_out);
+    for (size_t i = 0; rc == 0 && p->nodata_zero && i < n; i++)
+        if (in[i] == 0)
+            boundary_out[i] = 1.0f;
     free(img);
     return rc;
 }

@@ -309,14 +309,16 @@ static const struct {
      "segment: parameters.min_size_nm3: must be a number in [0, 1e+15]"},
     {"{\"raw_input\":\"yes\"}",
      "segment: parameters.raw_input: must be a boolean (or 0 or 1)"},
-    {"{\"mode\":\"isotropic\"}",
-     "segment: parameters.mode: must be \"auto\", \"3d\", \"sections\" or \"2d\""},
+    {"{\"mode\":\"isotropic\"}", "segment: parameters.mode: must be \"auto\", "
+                                 "\"3d\", \"sections\" or \"2d\""},
     {"{\"mode\":\"3D\"}", /* names are lower case */
-     "segment: parameters.mode: must be \"auto\", \"3d\", \"sections\" or \"2d\""},
+     "segment: parameters.mode: must be \"auto\", \"3d\", \"sections\" or "
+     "\"2d\""},
     {"{\"mode\":2}", /* a name, not the enum's value */
-     "segment: parameters.mode: must be \"auto\", \"3d\", \"sections\" or \"2d\""},
-    {"{\"mode\":true}",
-     "segment: parameters.mode: must be \"auto\", \"3d\", \"sections\" or \"2d\""},
+     "segment: parameters.mode: must be \"auto\", \"3d\", \"sections\" or "
+     "\"2d\""},
+    {"{\"mode\":true}", "segment: parameters.mode: must be \"auto\", \"3d\", "
+                        "\"sections\" or \"2d\""},
     {"{\"seed_method\":\"random\"}",
      "segment: parameters.seed_method: must be \"distance\" or \"minima\""},
     {"{\"merge_treshold\":0.5}",
@@ -595,11 +597,11 @@ static void test_segment__min_voxels(void **state)
 
 /*
  * cnx_segment_halo against values worked out by hand from the formula of
- * segment.h: per axis x and y (and z in 3D), seeds = max(8, 4 round(seed_distance_nm /
- * res)) and, with raw input, filter = max(round(8 (filter_sigma_nm /
- * res)^2) + 1, 3 round(filter_background_nm / res)) (the binomial radius
- * of the ridge smoothing at 2 sigma plus the Hessian's step; three box
- * passes); the halo is the largest filter + seeds.
+ * segment.h: per axis x and y (and z in 3D), seeds = max(8, 4
+ * round(seed_distance_nm / res)) and, with raw input, filter = max(round(8
+ * (filter_sigma_nm / res)^2) + 1, 3 round(filter_background_nm / res)) (the
+ * binomial radius of the ridge smoothing at 2 sigma plus the Hessian's step;
+ * three box passes); the halo is the largest filter + seeds.
  */
 static void test_segment__halo_formula(void **state)
 {
@@ -1558,10 +1560,60 @@ static void test_segment__chunk_with_halo_matches_whole(void **state)
     free(whole);
 }
 
+/* nodata_zero: voxels of value 0 (no data) are boundary after the filter;
+ * the others see no edge where the data stops (they are filtered as if the
+ * missing voxels had the data's mean). */
+static void test_segment__nodata_zero_is_boundary(void **state)
+{
+    const int64_t size[3] = {32, 32, 4};
+    const size_t n = 32 * 32 * 4;
+    uint8_t *u = malloc(n);
+    float *with = malloc(n * sizeof(float));
+    cnx_segment_params p;
+    size_t zeros = 0;
+    (void)state;
+    assert_non_null(u);
+    assert_non_null(with);
+    for (size_t i = 0; i < n; i++) {
+        const size_t x = i % 32;
+        /* a textured tissue with no data in the 8 columns on the left */
+        u[i] = x < 8
+                   ? 0
+                   : (uint8_t)(120 + (int)(((uint32_t)i * 2654435761u) >> 28));
+    }
+    cnx_segment_params_default(&p);
+    p.raw_input = 1;
+    p.nodata_zero = 1;
+    assert_int_equal(cnx_segment_boundary_u8(u, size, &p, with), 0);
+    for (size_t i = 0; i < n; i++)
+        if (u[i] == 0) {
+            zeros++;
+            assert_true(with[i] == 1.0f);
+        }
+    assert_int_equal(zeros, 8 * 32 * 4);
+    /* the data's own voxels: no darker edge beside the missing block than
+     * in the middle of the tissue (the filter saw the data's mean there) */
+    {
+        double edge = 0.0, mid = 0.0;
+        for (int64_t z = 0; z < 4; z++)
+            for (int64_t y = 0; y < 32; y++) {
+                edge += with[(z * 32 + y) * 32 + 8];
+                mid += with[(z * 32 + y) * 32 + 20];
+            }
+        assert_true(edge < mid + 0.25 * 128);
+    }
+    assert_int_equal(cnx_segment_params_parse(&p, "{\"nodata_zero\": true}"),
+                     0);
+    assert_int_equal(p.nodata_zero, 1);
+    free(u);
+    free(with);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_segment__defaults),
+        cmocka_unit_test(test_segment__nodata_zero_is_boundary),
         cmocka_unit_test(test_segment__params_at_resolution),
         cmocka_unit_test(test_segment__parse_every_key),
         cmocka_unit_test(test_segment__parse_refuses_bad_values),
