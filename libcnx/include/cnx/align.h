@@ -14,8 +14,9 @@
  *   2. solve (over every section, in blocks of sections with overlap): an
  *      elastic mesh per section -- springs between neighbouring nodes of a
  *      section, springs from each node to its matches in the sections one
- *      and two before and after -- relaxed to equilibrium by a linear
- *      least-squares solve (conjugate gradients in a fixed order); a
+ *      and two before and after, a weak spring to its stitched position
+ *      (the anchor) -- relaxed to equilibrium by a linear least-squares
+ *      solve (conjugate gradients in a fixed order); a
  *      section that cannot be aligned is marked and bridged from its
  *      neighbours. Per section gain and offset bring each section's
  *      intensity to the stack's median mean and spread.
@@ -27,7 +28,8 @@
  * integers, the layer's voxel_offset included. A section image is given
  * as w x h uint8 pixels (x fastest) whose pixel (i, j) sits at
  * (x0 + i, y0 + j). Pixel value 0 means "no data" (what the montage writes
- * where no tile covers): patches touching it are not matched.
+ * where no tile covers): patches are clipped to the data near its edge and
+ * not matched where they would touch it.
  * See docs/align.md.
  */
 #ifndef CNX_ALIGN_H
