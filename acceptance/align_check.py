@@ -644,8 +644,8 @@ def finish(a, fig, nfailed):
     for name, key, op, want, unit in TARGETS:
         if key not in fig:
             continue
-        got = fig[key]
-        met = got <= want if op == "<=" else got >= want
+        got = float(fig[key])
+        met = bool(got <= want if op == "<=" else got >= want)
         print("target %s: %s %.4g %s %s %g %s" % (
             "met" if met else "MISSED", name, got, unit, op, want,
             "" if met else "(by %.4g)" % abs(got - want)))
