@@ -405,6 +405,7 @@ static int run_render(void *ctx, const cnx_task *task, cnx_stage_io *io)
     const cnx_scale *sc = NULL;
     cnx_volume *src = NULL, *out = NULL;
     cnx_box obox;
+    int64_t box[4];
     int64_t done = 0;
     int rc;
 
@@ -429,6 +430,11 @@ static int run_render(void *ctx, const cnx_task *task, cnx_stage_io *io)
         rc = aligned_box(io, task, &obox);
     if (rc == 0)
         rc = cnx_volume_new(&out, CNX_DT_UINT8, &obox, 1);
+    /* The aligned box of every section of the task (x, y, w, h). */
+    box[0] = obox.min[0];
+    box[1] = obox.min[1];
+    box[2] = obox.max[0] - obox.min[0];
+    box[3] = obox.max[1] - obox.min[1];
     for (size_t k = 0; rc == 0 && k < tr->nobjects; k++) {
         uint8_t *data = NULL;
         size_t len = 0;
@@ -444,16 +450,11 @@ static int run_render(void *ctx, const cnx_task *task, cnx_stage_io *io)
             cnx_align_image s;
             if (c->z < task->roi.min[2] || c->z >= task->roi.max[2])
                 continue;
-            {
-                const int64_t box[4] = {obox.min[0], obox.min[1],
-                                        obox.max[0] - obox.min[0],
-                                        obox.max[1] - obox.min[1]};
-                s = section_of(src, c->z);
-                rc = cnx_align_render(
-                    &s, &sol.grid, c->dx, c->dy, c->gain, c->offset, box,
-                    (uint8_t *)out->data +
-                        (c->z - task->roi.min[2]) * box[2] * box[3]);
-            }
+            s = section_of(src, c->z);
+            rc = cnx_align_render(
+                &s, &sol.grid, c->dx, c->dy, c->gain, c->offset, box,
+                (uint8_t *)out->data +
+                    (c->z - task->roi.min[2]) * box[2] * box[3]);
             done++;
         }
         cnx_align_solution_free(&sol);
