@@ -743,7 +743,7 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
             cnx_task_free(task);
             if (rc != 0)
                 return FATAL;
-            atomic_fetch_add(&w->metrics.succeeded, 1);
+            atomic_fetch_add(&w->metrics.already_done, 1);
             if (cnx_consumer_commit(w->lanes[lane], msg) != 0)
                 CNX_WARN("worker", "commit: %s", cnx_error_last()->message);
             return DONE;
@@ -830,11 +830,7 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
             if (rc == 0 && flush_or_die(w) == 0) {
                 p2 = cnx_now();
                 double secs = a.finished - a.started;
-                atomic_fetch_add(&w->metrics.succeeded, 1);
-                atomic_fetch_add(&w->metrics.voxels, j->io.voxels);
-                atomic_store(&w->metrics.last_voxels_per_s,
-                             secs > 0 ? (double)j->io.voxels / secs : 0.0);
-                cnx__metrics_observe(&w->metrics, secs);
+                cnx__metrics_succeeded(&w->metrics, j->io.voxels, secs);
 #ifdef CNX_FAULT_INJECTION
                 fault_exit_before_commit(task);
 #endif

@@ -37,6 +37,7 @@ typedef struct cnx_metrics {
     atomic_llong failed_attempts;
     atomic_llong dead_lettered;
     atomic_llong preempted;
+    atomic_llong already_done; /* redelivered, outputs durable: announced */
     atomic_llong voxels;
     atomic_llong in_flight;
     _Atomic double last_voxels_per_s;
@@ -45,7 +46,8 @@ typedef struct cnx_metrics {
     atomic_llong duration_count;
 } cnx_metrics;
 
-void cnx__metrics_observe(cnx_metrics *m, double seconds);
+/* Count one computed, durable task of `voxels` voxels that took `seconds`. */
+void cnx__metrics_succeeded(cnx_metrics *m, long long voxels, double seconds);
 /* Render the Prometheus text exposition. free() the result. */
 char *cnx__metrics_render(cnx_metrics *m);
 /* Serve /metrics on port until *stop becomes non-zero (own thread). */

@@ -5,6 +5,7 @@
  * Counters are atomics updated by the worker loop; http_metrics.c serves
  * the exposition. Load: one scrape every few seconds.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,16 +19,24 @@ static const double bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                 1, 2.5, 5, 10, 30, 60, 300, 1800};
 #define NBOUNDS (sizeof(bounds) / sizeof(bounds[0]))
 
-void cnx__metrics_observe(cnx_metrics *m, double seconds)
+/* A succeeded task and its duration are counted together, under this lock,
+ * and the exposition reads them under it: a scrape never sees a task in
+ * cnx_tasks_total that the histogram does not have yet. */
+static pthread_mutex_t succeeded_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void cnx__metrics_succeeded(cnx_metrics *m, long long voxels, double seconds)
 {
+    pthread_mutex_lock(&succeeded_lock);
+    atomic_fetch_add(&m->succeeded, 1);
+    atomic_fetch_add(&m->voxels, voxels);
+    atomic_store(&m->last_voxels_per_s,
+                 seconds > 0 ? (double)voxels / seconds : 0.0);
     for (size_t i = 0; i < NBOUNDS; i++)
         if (seconds <= bounds[i])
             atomic_fetch_add(&m->buckets[i], 1);
     atomic_fetch_add(&m->duration_count, 1);
-    double old = atomic_load(&m->duration_sum);
-    while (!atomic_compare_exchange_weak(&m->duration_sum, &old,
-                                         old + seconds))
-        ;
+    atomic_store(&m->duration_sum, atomic_load(&m->duration_sum) + seconds);
+    pthread_mutex_unlock(&succeeded_lock);
 }
 
 char *cnx__metrics_render(cnx_metrics *m)
@@ -36,8 +45,17 @@ char *cnx__metrics_render(cnx_metrics *m)
     cnx_store_stats ss;
     char *buf = malloc(cap);
     const char *st = m->stage;
+    long long succeeded, duration_count, buckets[NBOUNDS];
+    double duration_sum;
     if (buf == NULL)
         return NULL;
+    pthread_mutex_lock(&succeeded_lock);
+    succeeded = atomic_load(&m->succeeded);
+    duration_count = atomic_load(&m->duration_count);
+    duration_sum = atomic_load(&m->duration_sum);
+    for (size_t i = 0; i < NBOUNDS; i++)
+        buckets[i] = atomic_load(&m->buckets[i]);
+    pthread_mutex_unlock(&succeeded_lock);
 #define EMIT(...)                                                          \
     do {                                                                   \
         int w = snprintf(buf + n, cap - n, __VA_ARGS__);                   \
@@ -47,11 +65,13 @@ char *cnx__metrics_render(cnx_metrics *m)
     EMIT("# HELP cnx_tasks_total Tasks finished by this worker, by "
          "outcome.\n# TYPE cnx_tasks_total counter\n");
     EMIT("cnx_tasks_total{stage=\"%s\",outcome=\"succeeded\"} %lld\n", st,
-         (long long)atomic_load(&m->succeeded));
+         succeeded);
     EMIT("cnx_tasks_total{stage=\"%s\",outcome=\"dead_lettered\"} %lld\n", st,
          (long long)atomic_load(&m->dead_lettered));
     EMIT("cnx_tasks_total{stage=\"%s\",outcome=\"preempted\"} %lld\n", st,
          (long long)atomic_load(&m->preempted));
+    EMIT("cnx_tasks_total{stage=\"%s\",outcome=\"already_done\"} %lld\n",
+         st, (long long)atomic_load(&m->already_done));
     EMIT("# HELP cnx_task_failures_total Failed attempts (retried or "
          "dead-lettered).\n# TYPE cnx_task_failures_total counter\n");
     EMIT("cnx_task_failures_total{stage=\"%s\"} %lld\n", st,
@@ -73,11 +93,11 @@ char *cnx__metrics_render(cnx_metrics *m)
     for (size_t i = 0; i < NBOUNDS; i++)
         EMIT("cnx_task_duration_seconds_bucket{stage=\"%s\",le=\"%g\"} "
              "%lld\n",
-             st, bounds[i], (long long)atomic_load(&m->buckets[i]));
+             st, bounds[i], buckets[i]);
     EMIT("cnx_task_duration_seconds_bucket{stage=\"%s\",le=\"+Inf\"} %lld\n",
-         st, (long long)atomic_load(&m->duration_count));
+         st, duration_count);
     EMIT("cnx_task_duration_seconds_sum{stage=\"%s\"} %.6f\n", st,
-         atomic_load(&m->duration_sum));
+         duration_sum);
     EMIT("cnx_task_duration_seconds_count{stage=\"%s\"} %lld\n", st,
          (long long)atomic_load(&m->duration_count));
     cnx_store_stats_get(&ss);
