@@ -11,6 +11,7 @@
  * race safe (compare-and-swap, an identical scale is a no-op). Task input
  * errors are fatal (CNX_ESCHEMA); storage errors keep their own flag.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,3 +226,39 @@ const cnx_stage cnx_stage_downsample = {
             "the output layer's info if missing. Parameters: {} or\n"
             "{\"mode\": \"average\"|\"mode\"}. See docs/downsample.md.",
 };
+
+/* The next scale's geometry lives beside the layer it is added to: the
+ * kernel (kernels/downsample.c) knows volumes, not precomputed scales. */
+int cnx_downsample_next_scale(const cnx_scale *src, cnx_scale *out)
+{
+    int64_t f[3];
+    int n;
+
+    for (int i = 0; i < 3; i++) {
+        if (src->size[i] < 1 || src->chunk[i] < 1 ||
+            !(src->resolution[i] > 0.0) || !isfinite(src->resolution[i]))
+            return cnx_error_set(CNX_EINVAL, 0,
+                                 "downsample: scale '%s': size, chunk and "
+                                 "resolution must be positive",
+                                 src->key);
+    }
+    cnx_downsample_factor(src->resolution, f);
+    memset(out, 0, sizeof(*out));
+    for (int i = 0; i < 3; i++) {
+        out->resolution[i] = src->resolution[i] * (double)f[i];
+        out->size[i] = cnx_ceildiv(src->size[i], f[i]);
+        out->voxel_offset[i] = cnx_floordiv(src->voxel_offset[i], f[i]);
+        out->chunk[i] = src->chunk[i] / f[i] > 0 ? src->chunk[i] / f[i] : 1;
+        out->cseg_block[i] = src->cseg_block[i];
+    }
+    out->encoding = src->encoding;
+    n = snprintf(out->key, sizeof(out->key), "%g_%g_%g", out->resolution[0],
+                 out->resolution[1], out->resolution[2]);
+    if (n < 0 || (size_t)n >= sizeof(out->key))
+        return cnx_error_set(CNX_ERANGE, 0,
+                             "downsample: scale key of resolution %g,%g,%g "
+                             "is too long",
+                             out->resolution[0], out->resolution[1],
+                             out->resolution[2]);
+    return 0;
+}

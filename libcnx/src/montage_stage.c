@@ -18,7 +18,7 @@
 
 #include "cnx/error.h"
 #include "cnx/imageio.h"
-#include "cnx/montage.h"
+#include "cnx/montage_io.h"
 #include "cnx/stages.h"
 #include "cnx/tileset.h"
 

@@ -17,6 +17,8 @@
 
 #include "cnx/error.h"
 #include "cnx/segjoin.h"
+#include "cnx/segjoin_io.h"
+#include "cnx/segment_io.h"
 #include "cnx/stages.h"
 #include "stage_int.h"
 

@@ -18,7 +18,7 @@
 
 #include "cnx/error.h"
 #include "cnx/stages.h"
-#include "cnx/synapse.h"
+#include "cnx/synapse_io.h"
 #include "stage_int.h"
 
 #define TABLE_DIR CNX_STAGE_SYNAPSES_DIR

@@ -32,8 +32,6 @@
 
 /* ---- the table ----------------------------------------------------------- */
 
-static const char *const seed_method_names[] = {"distance", "minima"};
-
 /* clang-format off */
 #define ROW(field, kind, unit, lo, hi, step, flags)                           \
     {#field, offsetof(cnx_segment_params, field), kind, unit, lo, hi, step,   \
@@ -49,7 +47,8 @@ static const char *const seed_method_names[] = {"distance", "minima"};
  * filter keys (each new value costs a boundary map), the seed rule (the
  * "minima" rule is about twice as slow). Lengths are written in voxel
  * sides of the finest xy axis and volumes in voxels, so that the ranges
- * fit any resolution; the kernel's own ranges still apply.
+ * fit any resolution; the kernel's own ranges (cnx_segment_param_bounds)
+ * still apply, and the choice names are the kernel table's.
  */
 static const cnx_tune_key default_keys[] = {
     ROW(merge_threshold, CNX_TUNE_LINEAR, CNX_TUNE_PLAIN, 0.1, 0.9, 0.1,
@@ -63,7 +62,7 @@ static const cnx_tune_key default_keys[] = {
         CNX_TUNE_FILTER | CNX_TUNE_RAW_ONLY),
     ROW(filter_background_nm, CNX_TUNE_LOG, CNX_TUNE_VOXEL, 2.0, 64.0, 2.0,
         CNX_TUNE_FILTER | CNX_TUNE_RAW_ONLY),
-    CHOICE(seed_method, seed_method_names, 0),
+    CHOICE(seed_method, cnx_segment_seed_names, 0),
 };
 
 /* CHOICE rows read and write their enum field as an int. */

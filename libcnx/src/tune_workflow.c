@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "cnx/error.h"
+#include "cnx/segment_io.h"
 #include "cnx/tune.h"
 #include "cnx/workflow.h"
 #include "json_int.h"

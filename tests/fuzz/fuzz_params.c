@@ -14,9 +14,9 @@
 #include <string.h>
 
 #include "cnx/error.h"
-#include "cnx/montage.h"
-#include "cnx/segment.h"
-#include "cnx/synapse.h"
+#include "cnx/montage_io.h"
+#include "cnx/segment_io.h"
+#include "cnx/synapse_io.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

@@ -24,7 +24,7 @@
 
 #include "cnx/error.h"
 #include "cnx/imageio.h"
-#include "cnx/montage.h"
+#include "cnx/montage_io.h"
 #include "cnx/tileset.h"
 
 static const char usage[] =

@@ -38,6 +38,7 @@
 #include "cnx/error.h"
 #include "cnx/precomputed.h"
 #include "cnx/segjoin.h"
+#include "cnx/segment_io.h"
 
 static int fail(const char *what)
 {

@@ -25,7 +25,7 @@
 #include "cnx/log.h"
 #include "cnx/metrics.h"
 #include "cnx/precomputed.h"
-#include "cnx/segment.h"
+#include "cnx/segment_io.h"
 
 static const char usage[] =
     "usage: segment_tool raw IN uint8|float32 X,Y,Z PARAMS OUT [RX,RY,RZ]\n"

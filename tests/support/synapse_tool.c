@@ -31,7 +31,7 @@
 #include "cnx/error.h"
 #include "cnx/log.h"
 #include "cnx/precomputed.h"
-#include "cnx/synapse.h"
+#include "cnx/synapse_io.h"
 
 static const char usage[] =
     "usage: synapse_tool DIR SEG OUT [--chunk N] [--halo H]\n"

@@ -21,7 +21,7 @@
 #include "cnx/lineage.h"
 #include "cnx/mesh.h"
 #include "cnx/precomputed.h"
-#include "cnx/segment.h"
+#include "cnx/segment_io.h"
 #include "cnx/submit.h"
 #include "cnx/task.h"
 

@@ -19,6 +19,7 @@
 #include "cnx/cli.h"
 #include "cnx/error.h"
 #include "cnx/log.h"
+#include "cnx/segment_io.h"
 #include "cnx/tune.h"
 #include "cnx/url.h"
 #include "cnx/workflow.h"

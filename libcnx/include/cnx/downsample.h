@@ -16,7 +16,6 @@
 #include <stdint.h>
 
 #include "cnx/geom.h"
-#include "cnx/precomputed.h"
 #include "cnx/volume.h"
 
 #ifdef __cplusplus
@@ -99,7 +98,9 @@ int cnx_downsample_volume(cnx_volume **out, const cnx_volume *in,
  * @param[out] out  the next scale (all bytes set)
  * @return 0; CNX_EINVAL for a bad src; CNX_ERANGE if the key does not fit.
  */
-int cnx_downsample_next_scale(const cnx_scale *src, cnx_scale *out);
+struct cnx_scale; /* cnx/precomputed.h */
+int cnx_downsample_next_scale(const struct cnx_scale *src,
+                              struct cnx_scale *out);
 
 #ifdef __cplusplus
 }

@@ -31,7 +31,8 @@
  * every machine and at every optimisation level: only IEEE + - * / and
  * sqrt in a fixed order (our own FFT, its twiddles from half-angle
  * formulas; built with -ffp-contract=off), no other libm function, and
- * every tie broken by index. See docs/montage.md.
+ * every tie broken by index. See docs/montage.md. The JSON parameters
+ * and the report are cnx/montage_io.h.
  */
 #ifndef CNX_MONTAGE_H
 #define CNX_MONTAGE_H
@@ -39,15 +40,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cnx/param.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /** Kernel version: bumped whenever the bytes it writes are meant to change. */
 #define CNX_MONTAGE_VERSION 1
-
-/** The report's "format". */
-#define CNX_MONTAGE_FORMAT "cnx.montage/1"
 
 /** Largest tile width or height, pixels. */
 #define CNX_MONTAGE_MAX_SIDE 65536
@@ -84,19 +84,13 @@ typedef struct cnx_montage_params {
 void cnx_montage_params_default(cnx_montage_params *p);
 
 /**
- * Parse a JSON object of parameters over the defaults. Keys (all
- * optional): "search" (integer), "min_peak_ratio", "max_residual"
- * (numbers), "normalize" (boolean or 0/1), with the ranges of
- * cnx_montage_params. NULL means "{}".
- *
- * @param json   the parameters object, NUL-terminated, or NULL
- * @param[out] p filled on success only
- * @return 0; CNX_ESCHEMA for malformed JSON, a non-object, an unknown key,
- *         a wrong type or a value out of range, with a one-line message
- *         naming the key ("montage: parameters.search: must be an integer
- *         in [0, 4096]"); CNX_ETOOBIG over the JSON size limit. Fatal.
+ * The bounds table of cnx_montage_params (cnx/param.h), one row per
+ * field in the order above: what the check, the defaults and the JSON
+ * parser (cnx/montage_io.h) read.
+ * @param[out] n  its number of rows
+ * @return the rows (static, borrowed).
  */
-int cnx_montage_params_parse(const char *json, cnx_montage_params *p);
+const cnx_param *cnx_montage_param_bounds(size_t *n);
 
 /**
  * Check parameters set by hand (the ranges above).
@@ -176,23 +170,6 @@ int cnx_montage_register_pair(const cnx_montage_tile *a,
 int cnx_montage_render(const cnx_montage_tile *tiles, size_t n,
                        const cnx_montage_result *r, int64_t x0, int64_t y0,
                        int64_t w, int64_t h, uint8_t *out);
-
-/**
- * The canonical JSON report (sorted keys, no whitespace, reals with 17
- * significant digits):
- * {"format":"cnx.montage/1","z":z,
- *  "tiles":[{"id","nominal":[x,y],"x","y","gain","offset","placed"}...],
- *  "pairs":[{"a":id,"b":id,"dx","dy","peak_ratio","residual","used"}...],
- *  "summary":{"tiles","pairs","used","rejected","median_residual",
- *             "max_residual","fixed":id}}
- * ("placed" and "used" are booleans.) A zeroed result (a section the
- * tile set has no tiles for: the stage writes it black) gives no tiles, no
- * pairs, zero counts and "fixed": null.
- * @param[out] out  caller frees with free()
- * @return 0; CNX_EINVAL for a result that does not fit tiles; CNX_ENOMEM.
- */
-int cnx_montage_report_json(const cnx_montage_tile *tiles,
-                            const cnx_montage_result *r, int64_t z, char **out);
 
 /** Free what a result holds and zero it. Accepts NULL. */
 void cnx_montage_result_free(cnx_montage_result *r);

@@ -28,6 +28,7 @@
  *
  * The face record and the mapping are little-endian binary documents
  * (layouts in docs/formats.md); decoders check every length and count.
+ * The segment properties (JSON) are cnx/segjoin_io.h.
  */
 #ifndef CNX_SEGJOIN_H
 #define CNX_SEGJOIN_H
@@ -116,9 +117,6 @@ void cnx_segjoin_free(cnx_segjoin *j);
 /** Encode chunk k's mapping. @param[out] out  free() it. */
 int cnx_segjoin_mapping_encode(const cnx_segjoin *j, size_t k, uint8_t **out,
                                size_t *len);
-
-/** The segment properties document (Neuroglancer's inline form) of j. */
-int cnx_segjoin_properties_json(const cnx_segjoin *j, char **out);
 
 /**
  * Relabel fragment ids in place with a mapping document (an id the mapping

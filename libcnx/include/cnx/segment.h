@@ -52,7 +52,8 @@
  * membrane filter for raw images uses only IEEE + - * / and sqrt (all
  * correctly rounded; no other libm function) and binomial kernels from a
  * fixed recurrence, in a fixed order, built with -ffp-contract=off.
- * See docs/segment.md for the method, defaults and measured quality.
+ * See docs/segment.md for the method, defaults and measured quality. The
+ * JSON parameters are cnx/segment_io.h.
  */
 #ifndef CNX_SEGMENT_H
 #define CNX_SEGMENT_H
@@ -60,6 +61,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "cnx/param.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -149,45 +152,24 @@ typedef struct cnx_segment_params {
 void cnx_segment_params_default(cnx_segment_params *p);
 
 /**
- * Parse a JSON object of parameters over the defaults (resolution too:
- * set it from the input's scale afterwards). Keys (all
- * optional): "raw_input", "nodata_zero" (booleans or 0/1), "mode" ("auto",
- * "3d", "sections", "2d"), "filter_sigma_nm", "filter_ridge",
- * "filter_background_nm", "seed_distance_nm", "seed_threshold",
- * "merge_threshold", "min_size_nm3" (numbers), "seed_method"
- * ("distance" or "minima"), with the ranges of cnx_segment_params.
- * The voxel-unit keys of kernel version 1 ("sections", "filter_sigma",
- * "filter_background", "seed_min_distance", "min_size") are refused with
- * a message naming their replacement. NULL means "{}".
- *
- * @param[out] p  filled on success only
- * @param json    the parameters object, NUL-terminated
- * @return 0; CNX_ESCHEMA for malformed JSON, a non-object, an unknown key,
- *         a wrong type or a value out of range, with a one-line message
- *         naming the key ("segment: parameters.merge_threshold: must be a
- *         number in [0, 1]"); CNX_ETOOBIG for a document over the JSON
- *         size limit. Fatal (not retriable).
+ * The bounds table of cnx_segment_params (cnx/param.h): one row per JSON
+ * key (every field but resolution), in the order the parser reads them
+ * and the check names them. What the check, the defaults, the JSON
+ * parser (cnx/segment_io.h) and cnx-tune read.
+ * @param[out] n  its number of rows
+ * @return the rows (static, borrowed).
  */
-int cnx_segment_params_parse(cnx_segment_params *p, const char *json);
+const cnx_param *cnx_segment_param_bounds(size_t *n);
+
+/** The JSON names of the modes and seed rules, in enum order. */
+extern const char *const cnx_segment_mode_names[CNX_SEGMENT_MODE_2D + 1];
+extern const char *const cnx_segment_seed_names[CNX_SEGMENT_SEEDS_MINIMA + 1];
 
 /**
  * Check parameters set by hand (the ranges above).
  * @return 0, or CNX_EINVAL naming the field.
  */
 int cnx_segment_params_check(const cnx_segment_params *p);
-
-/**
- * A stage's parameters at a layer's resolution, the one order that works:
- * the defaults, json over them (cnx_segment_params_parse starts from the
- * defaults, resolution too), resolution set, then checked.
- * @param resolution  nm per voxel of the scale the kernel runs on
- * @return 0; what cnx_segment_params_parse returns (CNX_ESCHEMA,
- *         CNX_ETOOBIG); CNX_EINVAL when the check refuses the values at
- *         this resolution (message naming the field). p is filled only
- *         on 0.
- */
-int cnx_segment_params_at(cnx_segment_params *p, const char *json,
-                          const double resolution[3]);
 
 /** The mode p stands for: AUTO resolved by the rule above (never AUTO). */
 cnx_segment_mode cnx_segment_mode_of(const cnx_segment_params *p);

@@ -43,6 +43,7 @@
 #include <stdint.h>
 
 #include "cnx/geom.h"
+#include "cnx/param.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,6 +59,12 @@ extern "C" {
 /** Largest read box accepted, voxels (2^31), and largest side (2^20). */
 #define CNX_SYNAPSE_MAX_VOXELS ((int64_t)1 << 31)
 #define CNX_SYNAPSE_MAX_SIDE ((int64_t)1 << 20)
+
+/** Largest partner_radius. */
+#define CNX_SYNAPSE_MAX_RADIUS 16
+
+/** Read box origins (and table sites) within +-2^40: no overflow. */
+#define CNX_SYNAPSE_COORD_LIMIT ((int64_t)1 << 40)
 
 /** The id of a synapse whose site is (x, y, z). */
 static inline uint64_t cnx_synapse_id(int64_t x, int64_t y, int64_t z)
@@ -79,20 +86,13 @@ typedef struct cnx_synapse_params {
 void cnx_synapse_params_default(cnx_synapse_params *p);
 
 /**
- * Parse a JSON object of parameters over the defaults. Keys (all optional,
- * integers): "cleft_threshold", "psd_threshold", "min_size",
- * "partner_radius", with the ranges of cnx_synapse_params. NULL means
- * "{}".
- *
- * @param json    the parameters object, NUL-terminated, or NULL
- * @param[out] p  filled on success only
- * @return 0; CNX_ESCHEMA for malformed JSON, a non-object, an unknown key,
- *         a wrong type or a value out of range, with a one-line message
- *         naming the key ("synapses: parameters.min_size: must be an
- *         integer in [0, 2147483648]"); CNX_ETOOBIG for a document over the
- *         JSON size limit. Fatal.
+ * The bounds table of cnx_synapse_params (cnx/param.h), one row per field
+ * in the order the parser reads them and the check names them: what the
+ * check, the defaults and the JSON parser (cnx/synapse_io.h) read.
+ * @param[out] n  its number of rows
+ * @return the rows (static, borrowed).
  */
-int cnx_synapse_params_parse(const char *json, cnx_synapse_params *p);
+const cnx_param *cnx_synapse_param_bounds(size_t *n);
 
 /**
  * Check parameters set by hand.
@@ -157,39 +157,6 @@ typedef struct cnx_synapse_stats {
 int cnx_synapse_detect(const cnx_synapse_block *b, const cnx_synapse_params *p,
                        cnx_synapse **out, size_t *n, cnx_synapse_stats *stats);
 
-/**
- * The synapse table: JSON lines, one canonical JSON object per line
- * (sorted keys, compact, "\n" after each), in the given order:
- * {"id","post_id","post_site","pre_id","pre_site","score","site",
- * "site_nm","size"}; site_nm = site * resolution, whole numbers written as
- * integers, others as reals with 17 significant digits.
- *
- * @param[out] out  NUL-terminated text, caller frees with free(); "" for
- *                  n == 0
- * @param[out] len  its length
- * @return 0; CNX_EINVAL for NULL pointers (s may be NULL when n is 0) or
- *         a non-positive resolution; CNX_ERANGE for an id, pre_id or
- *         post_id over 2^63 - 1 (JSON integers are signed 64-bit) or a
- *         score outside [0, 1]; CNX_ENOMEM.
- */
-int cnx_synapse_table_json(const cnx_synapse *s, size_t n,
-                           const double resolution[3], char **out, size_t *len);
-
-/**
- * Parse a table back. Strict: every line must be one JSON object with
- * exactly the keys above (site_nm is read and checked to be 3 numbers but
- * not stored), integers in range, score in [0, 1]; empty lines are
- * refused except after the final "\n"; text must end with "\n" unless
- * empty.
- *
- * @param what     named in messages ("<what>: line N: ...")
- * @param[out] out caller frees with free() (NULL when empty)
- * @return 0; CNX_ECORRUPT for a malformed line; CNX_EINVAL for NULL
- *         pointers; CNX_ENOMEM.
- */
-int cnx_synapse_table_parse(const char *text, size_t len, const char *what,
-                            cnx_synapse **out, size_t *n);
-
 /** One connectivity edge: count synapses from pre_id onto post_id. */
 typedef struct cnx_synapse_edge {
     uint64_t pre_id, post_id;
@@ -204,14 +171,6 @@ typedef struct cnx_synapse_edge {
  */
 int cnx_synapse_edges(const cnx_synapse *s, size_t n, cnx_synapse_edge **out,
                       size_t *nedges);
-
-/**
- * Edges as JSON lines {"count","post_id","pre_id"}, canonical, in the
- * given order.
- * @return 0; CNX_EINVAL; CNX_ERANGE for ids over 2^63 - 1; CNX_ENOMEM.
- */
-int cnx_synapse_edges_json(const cnx_synapse_edge *e, size_t n, char **out,
-                           size_t *len);
 
 #ifdef __cplusplus
 }

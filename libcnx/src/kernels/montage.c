@@ -1,8 +1,9 @@
 /*
- * montage.c - the montage kernel's entry points: parameters (defaults,
- * JSON parsing, checks), input checks, the pair list, the solve
- * (registration in montage_register.c, global solves in montage_solve.c)
- * and the canonical JSON report. Rendering is montage_render.c.
+ * montage.c - the montage kernel's entry points: parameters (the bounds
+ * table, defaults, checks), input checks, the pair list and the solve
+ * (registration in montage_register.c, global solves in montage_solve.c).
+ * Rendering is montage_render.c; the JSON parameters and the report are
+ * montage_io.c.
  *
  * Load: one call per section (a few to a few thousand tiles). Pairs are
  * found by sorting the tiles by nominal x and sweeping, O(n log n + pairs).
@@ -16,69 +17,40 @@
 #include <string.h>
 
 #include "cnx/error.h"
-#include "json_int.h"
 #include "kernels/montage_int.h"
 
-#define WHAT "montage: parameters"
 #define MAX_POS ((int64_t)1 << 40)
+
+/* ---- parameters ---------------------------------------------------------- */
+
+#define ROW(field, kind, lo, hi, open_lo, def, unit)                           \
+    CNX_PARAM_ROW(cnx_montage_params, field, kind, lo, hi, open_lo, def, unit)
+
+static const cnx_param bounds[] = {
+    ROW(search, CNX_PARAM_INT64, 0, CNX_MONTAGE_MAX_SEARCH, 0, 50, "px"),
+    ROW(min_peak_ratio, CNX_PARAM_REAL, 1.0, 1e6, 0, 3.0, ""),
+    ROW(max_residual, CNX_PARAM_REAL, 0.0, 1e6, 1, 2.0, "px"),
+    ROW(normalize, CNX_PARAM_FLAG, 0, 1, 0, 1, ""),
+};
+
+const cnx_param *cnx_montage_param_bounds(size_t *n)
+{
+    *n = sizeof(bounds) / sizeof(bounds[0]);
+    return bounds;
+}
 
 void cnx_montage_params_default(cnx_montage_params *p)
 {
     memset(p, 0, sizeof(*p));
-    p->search = 50;
-    p->min_peak_ratio = 3.0;
-    p->max_residual = 2.0;
-    p->normalize = 1;
-}
-
-/* ---- JSON parameters ---------------------------------------------------- */
-
-int cnx_montage_params_parse(const char *json, cnx_montage_params *p)
-{
-    static const char *const keys[] = {"search", "min_peak_ratio",
-                                       "max_residual", "normalize", NULL};
-    cnx_montage_params tmp;
-    json_t *js = NULL;
-    int rc;
-
-    assert(p != NULL);
-    cnx_montage_params_default(&tmp);
-    rc = cnx__json_params(&js, json, keys, WHAT);
-    if (rc == 0)
-        rc = cnx__json_param_int(js, "search", 0, CNX_MONTAGE_MAX_SEARCH, WHAT,
-                                 &tmp.search);
-    if (rc == 0)
-        rc = cnx__json_param_number(js, "min_peak_ratio", 1.0, 1e6, 0, WHAT,
-                                    &tmp.min_peak_ratio);
-    if (rc == 0)
-        rc = cnx__json_param_number(js, "max_residual", 0.0, 1e6, 1, WHAT,
-                                    &tmp.max_residual);
-    if (rc == 0)
-        rc = cnx__json_param_flag(js, "normalize", WHAT, &tmp.normalize);
-    if (rc == 0)
-        *p = tmp;
-    json_decref(js);
-    return rc;
-}
-
-static int bad_field(const char *field)
-{
-    return cnx_error_set(CNX_EINVAL, 0, "montage: %s: out of range", field);
+    cnx_param_defaults(bounds, sizeof(bounds) / sizeof(bounds[0]), p);
 }
 
 int cnx_montage_params_check(const cnx_montage_params *p)
 {
     if (p == NULL)
         return cnx_error_set(CNX_EINVAL, 0, "montage: no parameters");
-    if (p->search < 0 || p->search > CNX_MONTAGE_MAX_SEARCH)
-        return bad_field("search");
-    if (!(p->min_peak_ratio >= 1.0 && p->min_peak_ratio <= 1e6))
-        return bad_field("min_peak_ratio");
-    if (!(p->max_residual > 0.0 && p->max_residual <= 1e6))
-        return bad_field("max_residual");
-    if (p->normalize != 0 && p->normalize != 1)
-        return bad_field("normalize");
-    return 0;
+    return cnx_param_check(bounds, sizeof(bounds) / sizeof(bounds[0]), p,
+                           "montage");
 }
 
 /* ---- input checks -------------------------------------------------------- */
@@ -335,110 +307,4 @@ int cnx_montage_register_pair(const cnx_montage_tile *a,
                              "%lld pixels of their nominal offset",
                              a->id, b->id, (long long)p->search);
     return rc;
-}
-
-/* ---- report -------------------------------------------------------------- */
-
-static int set_new(json_t *obj, const char *key, json_t *v)
-{
-    return v == NULL || json_object_set_new(obj, key, v) != 0 ? -1 : 0;
-}
-
-int cnx_montage_report_json(const cnx_montage_tile *tiles,
-                            const cnx_montage_result *r, int64_t z, char **out)
-{
-    json_t *doc = json_object(), *jt = json_array(), *jp = json_array();
-    json_t *sum = json_object();
-    size_t used = 0;
-    int bad = doc == NULL || jt == NULL || jp == NULL || sum == NULL;
-
-    if (out != NULL)
-        *out = NULL;
-    /* A section without tiles (r zeroed, no solve) reports no tiles, no
-     * pairs and no fixed tile. */
-    if (r == NULL || out == NULL ||
-        (r->ntiles > 0 &&
-         (tiles == NULL || r->x == NULL || r->fixed >= r->ntiles))) {
-        json_decref(doc);
-        json_decref(jt);
-        json_decref(jp);
-        json_decref(sum);
-        return cnx_error_set(CNX_EINVAL, 0, "montage: report: no result");
-    }
-    for (size_t t = 0; t < r->ntiles && !bad; t++) {
-        json_t *o = json_object(), *nom = json_array();
-        bad = o == NULL || nom == NULL;
-        if (!bad)
-            bad = json_array_append_new(nom, json_integer(tiles[t].x)) ||
-                  json_array_append_new(nom, json_integer(tiles[t].y));
-        bad = bad || set_new(o, "id", json_string(tiles[t].id)) ||
-              set_new(o, "nominal", nom) ||
-              set_new(o, "x", json_real(r->x[t])) ||
-              set_new(o, "y", json_real(r->y[t])) ||
-              set_new(o, "gain", json_real(r->gain[t])) ||
-              set_new(o, "offset", json_real(r->offset[t])) ||
-              set_new(o, "placed", json_boolean(r->placed[t]));
-        if (nom != NULL && bad && json_object_get(o, "nominal") != nom)
-            json_decref(nom);
-        if (bad || json_array_append_new(jt, o) != 0) {
-            bad = 1;
-            json_decref(o);
-        }
-    }
-    for (size_t k = 0; k < r->npairs && !bad; k++) {
-        const cnx_montage_pair *q = &r->pairs[k];
-        json_t *o = json_object();
-        if (q->a >= r->ntiles || q->b >= r->ntiles) {
-            json_decref(o);
-            bad = 2;
-            break;
-        }
-        used += q->used != 0;
-        bad = o == NULL || set_new(o, "a", json_string(tiles[q->a].id)) ||
-              set_new(o, "b", json_string(tiles[q->b].id)) ||
-              set_new(o, "dx", json_real(q->dx)) ||
-              set_new(o, "dy", json_real(q->dy)) ||
-              set_new(o, "peak_ratio", json_real(q->peak_ratio)) ||
-              set_new(o, "residual", json_real(q->residual)) ||
-              set_new(o, "used", json_boolean(q->used));
-        if (bad || json_array_append_new(jp, o) != 0) {
-            bad = 1;
-            json_decref(o);
-        }
-    }
-    if (!bad)
-        bad = set_new(sum, "tiles", json_integer((json_int_t)r->ntiles)) ||
-              set_new(sum, "pairs", json_integer((json_int_t)r->npairs)) ||
-              set_new(sum, "used", json_integer((json_int_t)used)) ||
-              set_new(sum, "rejected", json_integer((json_int_t)r->rejected)) ||
-              set_new(sum, "median_residual", json_real(r->median_residual)) ||
-              set_new(sum, "max_residual", json_real(r->max_residual)) ||
-              set_new(sum, "fixed", r->ntiles > 0
-                                        ? json_string(tiles[r->fixed].id)
-                                        : json_null());
-    if (!bad) {
-        bad = set_new(doc, "format", json_string(CNX_MONTAGE_FORMAT)) ||
-              set_new(doc, "z", json_integer(z));
-        bad |= set_new(doc, "tiles", jt) != 0;
-        jt = NULL;
-        bad |= set_new(doc, "pairs", jp) != 0;
-        jp = NULL;
-        bad |= set_new(doc, "summary", sum) != 0;
-        sum = NULL;
-    }
-    if (!bad) {
-        *out = cnx__json_canonical(doc);
-        bad = *out == NULL;
-    }
-    json_decref(doc);
-    json_decref(jt);
-    json_decref(jp);
-    json_decref(sum);
-    if (bad == 2)
-        return cnx_error_set(CNX_EINVAL, 0, "montage: report: bad pair");
-    if (bad)
-        return cnx_error_set(CNX_ENOMEM, 0,
-                             "montage: report: out of memory or non-finite "
-                             "value");
-    return 0;
 }

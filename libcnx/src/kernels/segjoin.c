@@ -1,7 +1,8 @@
 /*
  * segjoin.c - segmentation across chunk seams: fragments with geometry ids
  * and face records, the join over shared faces, mappings and relabelling.
- * See cnx/segjoin.h for the method and docs/formats.md for the layouts.
+ * See cnx/segjoin.h for the method and docs/formats.md for the layouts;
+ * the segment properties document is segjoin_io.c.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,7 +11,6 @@
 
 #include "cnx/error.h"
 #include "cnx/segjoin.h"
-#include "json_int.h"
 #include "segment_int.h"
 
 #define FACE_MAGIC "CNXFACE1"
@@ -744,31 +744,6 @@ int cnx_segjoin_mapping_encode(const cnx_segjoin *j, size_t k, uint8_t **out,
     *out = b.data;
     *len = b.len;
     return 0;
-}
-
-int cnx_segjoin_properties_json(const cnx_segjoin *j, char **out)
-{
-    json_t *ids = json_array(), *vals = json_array(), *doc;
-    const char *dtype = "uint32";
-    char text[24];
-    *out = NULL;
-    for (size_t i = 0; i < j->nsegs; i++)
-        if (j->seg_size[i] > UINT32_MAX)
-            dtype = "float32"; /* documented: counts over 2^32 - 1 */
-    for (size_t i = 0; ids && vals && i < j->nsegs; i++) {
-        snprintf(text, sizeof(text), "%" PRIu64, j->seg_ids[i]);
-        json_array_append_new(ids, json_string(text));
-        json_array_append_new(vals, json_integer((json_int_t)j->seg_size[i]));
-    }
-    doc = json_pack("{s:s,s:{s:o,s:[{s:s,s:s,s:s,s:s,s:o}]}}", "@type",
-                    "neuroglancer_segment_properties", "inline", "ids", ids,
-                    "properties", "id", "voxels", "type", "number",
-                    "data_type", dtype, "description",
-                    "voxel count of the segment", "values", vals);
-    if (doc != NULL)
-        *out = cnx__json_canonical(doc);
-    json_decref(doc);
-    return *out ? 0 : nomem();
 }
 
 int cnx_segjoin_relabel(uint64_t *labels, size_t n, const uint8_t *mapping,

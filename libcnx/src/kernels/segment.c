@@ -1,9 +1,10 @@
 /*
- * segment.c - the segmentation kernel's entry points: parameters (defaults,
- * JSON parsing, checks), the boundary conversion, and the pipeline that
- * quantises the boundary into a padded buffer and runs the seeds
- * (segment_seeds.c), the watershed (segment_ws.c) and the agglomeration
- * (segment_rag.c); the membrane filter for raw images is segment_filter.c.
+ * segment.c - the segmentation kernel's entry points: parameters (the
+ * bounds table, defaults, checks), the boundary conversion, and the
+ * pipeline that quantises the boundary into a padded buffer and runs the
+ * seeds (segment_seeds.c), the watershed (segment_ws.c) and the
+ * agglomeration (segment_rag.c); the membrane filter for raw images is
+ * segment_filter.c. The JSON parameters are segment_io.c.
  *
  * Load: one call per chunk (128^3 .. 512^3) or per ISBI stack; memory is
  * the padded uint8 boundary and uint32 labels, two uint8 arrays while
@@ -18,139 +19,51 @@
 #include <string.h>
 
 #include "cnx/error.h"
-#include "json_int.h"
 #include "segment_int.h"
 
-#define WHAT "segment: parameters"
+/* ---- parameters ---------------------------------------------------------- */
+
+const char *const cnx_segment_mode_names[CNX_SEGMENT_MODE_2D + 1] = {
+    "auto", "3d", "sections", "2d"};
+const char *const cnx_segment_seed_names[CNX_SEGMENT_SEEDS_MINIMA + 1] = {
+    "distance", "minima"};
+
+/* CHOICE rows read and write their enum field as an int. */
+_Static_assert(sizeof(cnx_segment_mode) == sizeof(int) &&
+                   sizeof(cnx_segment_seeds) == sizeof(int),
+               "enum fields are int-sized");
+
+#define ROW(field, kind, lo, hi, def, unit)                                    \
+    CNX_PARAM_ROW(cnx_segment_params, field, kind, lo, hi, 0, def, unit)
+#define CHOICE(field, def, names)                                              \
+    CNX_PARAM_CHOICE_ROW(cnx_segment_params, field, def, names)
+
+/* In the order the parser reads them and the check names them. */
+static const cnx_param bounds[] = {
+    ROW(raw_input, CNX_PARAM_FLAG, 0, 1, 0, ""),
+    ROW(nodata_zero, CNX_PARAM_FLAG, 0, 1, 0, ""),
+    CHOICE(mode, CNX_SEGMENT_MODE_AUTO, cnx_segment_mode_names),
+    ROW(filter_sigma_nm, CNX_PARAM_REAL, 1.0, 1000.0, 6.0, "nm"),
+    ROW(filter_ridge, CNX_PARAM_REAL, 0.0, 1.0, 0.3, ""),
+    ROW(filter_background_nm, CNX_PARAM_REAL, 0.0, 1e5, 100.0, "nm"),
+    ROW(seed_distance_nm, CNX_PARAM_REAL, 0.0, 1e4, 32.0, "nm"),
+    ROW(seed_threshold, CNX_PARAM_REAL, 0.0, 1.0, 0.5, ""),
+    CHOICE(seed_method, CNX_SEGMENT_SEEDS_DISTANCE, cnx_segment_seed_names),
+    ROW(merge_threshold, CNX_PARAM_REAL, 0.0, 1.0, 0.55, ""),
+    ROW(min_size_nm3, CNX_PARAM_REAL, 0.0, 1e15, 1e6, "nm^3"),
+};
+
+const cnx_param *cnx_segment_param_bounds(size_t *n)
+{
+    *n = sizeof(bounds) / sizeof(bounds[0]);
+    return bounds;
+}
 
 void cnx_segment_params_default(cnx_segment_params *p)
 {
     memset(p, 0, sizeof(*p));
     p->resolution[0] = p->resolution[1] = p->resolution[2] = 8.0;
-    p->raw_input = 0;
-    p->mode = CNX_SEGMENT_MODE_AUTO;
-    p->filter_sigma_nm = 6.0;
-    p->filter_ridge = 0.3;
-    p->filter_background_nm = 100.0;
-    p->seed_distance_nm = 32.0;
-    p->seed_threshold = 0.5;
-    p->seed_method = CNX_SEGMENT_SEEDS_DISTANCE;
-    p->merge_threshold = 0.55;
-    p->min_size_nm3 = 1e6;
-}
-
-/* ---- JSON parameters ---------------------------------------------------- */
-
-/* A string-valued key: *out = the index of its value in names (or kept);
- * names holds 2 .. 4 choices. */
-static int get_choice(const json_t *js, const char *key,
-                      const char *const *names, int *out)
-{
-    const json_t *v = json_object_get(js, key);
-    char list[128] = "";
-    const char *s;
-    int n = 0;
-    if (v == NULL)
-        return 0;
-    s = json_is_string(v) ? json_string_value(v) : "";
-    for (int i = 0; names[i] != NULL; i++, n++)
-        if (strcmp(s, names[i]) == 0) {
-            *out = i;
-            return 0;
-        }
-    for (int i = 0; i < n; i++) {
-        size_t len = strlen(list);
-        snprintf(list + len, sizeof(list) - len, "%s\"%s\"",
-                 i == 0       ? ""
-                 : i == n - 1 ? " or "
-                              : ", ",
-                 names[i]);
-    }
-    return cnx_error_set(CNX_ESCHEMA, 0, WHAT ".%s: must be %s", key, list);
-}
-
-/* Keys of kernel version 1, in voxels, and what replaced them. */
-static int old_keys(const json_t *js)
-{
-    static const char *const old[][2] = {
-        {"sections", "mode (\"sections\" or \"2d\")"},
-        {"filter_sigma", "filter_sigma_nm (nm)"},
-        {"filter_background", "filter_background_nm (nm)"},
-        {"seed_min_distance", "seed_distance_nm (nm)"},
-        {"min_size", "min_size_nm3 (nm^3)"},
-    };
-    for (size_t i = 0; i < sizeof(old) / sizeof(old[0]); i++)
-        if (json_object_get(js, old[i][0]) != NULL)
-            return cnx_error_set(CNX_ESCHEMA, 0,
-                                 WHAT ".%s: a voxel-unit key of kernel "
-                                      "version 1; use %s",
-                                 old[i][0], old[i][1]);
-    return 0;
-}
-
-/* Every key of js over p, in a fixed order (the first bad key is named). */
-static int parse_keys(const json_t *js, cnx_segment_params *p)
-{
-    static const char *const modes[] = {"auto", "3d", "sections", "2d", NULL};
-    static const char *const seeds[] = {"distance", "minima", NULL};
-    int mode = (int)p->mode, seed = (int)p->seed_method;
-    int rc = old_keys(js);
-    if (rc == 0)
-        rc = cnx__json_param_flag(js, "raw_input", WHAT, &p->raw_input);
-    if (rc == 0)
-        rc = cnx__json_param_flag(js, "nodata_zero", WHAT, &p->nodata_zero);
-    if (rc == 0)
-        rc = get_choice(js, "mode", modes, &mode);
-    if (rc == 0)
-        rc = cnx__json_param_number(js, "filter_sigma_nm", 1.0, 1000.0, 0, WHAT,
-                                    &p->filter_sigma_nm);
-    if (rc == 0)
-        rc = cnx__json_param_number(js, "filter_ridge", 0.0, 1.0, 0, WHAT,
-                                    &p->filter_ridge);
-    if (rc == 0)
-        rc = cnx__json_param_number(js, "filter_background_nm", 0.0, 1e5, 0,
-                                    WHAT, &p->filter_background_nm);
-    if (rc == 0)
-        rc = cnx__json_param_number(js, "seed_distance_nm", 0.0, 1e4, 0, WHAT,
-                                    &p->seed_distance_nm);
-    if (rc == 0)
-        rc = cnx__json_param_number(js, "seed_threshold", 0.0, 1.0, 0, WHAT,
-                                    &p->seed_threshold);
-    if (rc == 0)
-        rc = get_choice(js, "seed_method", seeds, &seed);
-    if (rc == 0)
-        rc = cnx__json_param_number(js, "merge_threshold", 0.0, 1.0, 0, WHAT,
-                                    &p->merge_threshold);
-    if (rc == 0)
-        rc = cnx__json_param_number(js, "min_size_nm3", 0.0, 1e15, 0, WHAT,
-                                    &p->min_size_nm3);
-    p->mode = (cnx_segment_mode)mode;
-    p->seed_method = (cnx_segment_seeds)seed;
-    return rc;
-}
-
-int cnx_segment_params_parse(cnx_segment_params *p, const char *json)
-{
-    static const char *const keys[] = {
-        "raw_input", "nodata_zero", "mode", "filter_sigma_nm", "filter_ridge",
-        "filter_background_nm", "seed_distance_nm", "seed_threshold",
-        "seed_method", "merge_threshold", "min_size_nm3",
-        /* refused by old_keys, by name */
-        "sections", "filter_sigma", "filter_background", "seed_min_distance",
-        "min_size", NULL};
-    cnx_segment_params tmp;
-    json_t *js = NULL;
-    int rc;
-
-    assert(p != NULL);
-    cnx_segment_params_default(&tmp);
-    rc = cnx__json_params(&js, json, keys, WHAT);
-    if (rc == 0)
-        rc = parse_keys(js, &tmp);
-    if (rc == 0)
-        *p = tmp;
-    json_decref(js);
-    return rc;
+    cnx_param_defaults(bounds, sizeof(bounds) / sizeof(bounds[0]), p);
 }
 
 static int bad_field(const char *field)
@@ -184,29 +97,9 @@ int cnx_segment_params_check(const cnx_segment_params *p)
     for (int i = 0; i < 3; i++)
         if (!(p->resolution[i] >= 0.01 && p->resolution[i] <= 1e6))
             return bad_field("resolution");
-    if (p->raw_input != 0 && p->raw_input != 1)
-        return bad_field("raw_input");
-    if (p->nodata_zero != 0 && p->nodata_zero != 1)
-        return bad_field("nodata_zero");
-    if (p->mode < CNX_SEGMENT_MODE_AUTO || p->mode > CNX_SEGMENT_MODE_2D)
-        return bad_field("mode");
-    if (!(p->filter_sigma_nm >= 1.0 && p->filter_sigma_nm <= 1000.0))
-        return bad_field("filter_sigma_nm");
-    if (!(p->filter_ridge >= 0.0 && p->filter_ridge <= 1.0))
-        return bad_field("filter_ridge");
-    if (!(p->filter_background_nm >= 0.0 && p->filter_background_nm <= 1e5))
-        return bad_field("filter_background_nm");
-    if (!(p->seed_distance_nm >= 0.0 && p->seed_distance_nm <= 1e4))
-        return bad_field("seed_distance_nm");
-    if (!(p->seed_threshold >= 0.0 && p->seed_threshold <= 1.0))
-        return bad_field("seed_threshold");
-    if (p->seed_method != CNX_SEGMENT_SEEDS_DISTANCE &&
-        p->seed_method != CNX_SEGMENT_SEEDS_MINIMA)
-        return bad_field("seed_method");
-    if (!(p->merge_threshold >= 0.0 && p->merge_threshold <= 1.0))
-        return bad_field("merge_threshold");
-    if (!(p->min_size_nm3 >= 0.0 && p->min_size_nm3 <= 1e15))
-        return bad_field("min_size_nm3");
+    if (cnx_param_check(bounds, sizeof(bounds) / sizeof(bounds[0]), p,
+                        "segment") != 0)
+        return CNX_EINVAL;
     /* z is not filtered nor seeded across in the section modes. */
     for (int i = 0; i < (cnx_segment_mode_of(p) == CNX_SEGMENT_MODE_3D ? 3 : 2);
          i++) {
@@ -221,20 +114,6 @@ int cnx_segment_params_check(const cnx_segment_params *p)
             return bad_voxels("seed_distance_nm",
                               vox(p, p->seed_distance_nm, i), SEED_MAX);
     }
-    return 0;
-}
-
-int cnx_segment_params_at(cnx_segment_params *p, const char *json,
-                          const double resolution[3])
-{
-    cnx_segment_params tmp;
-    int rc = cnx_segment_params_parse(&tmp, json);
-    if (rc != 0)
-        return rc;
-    memcpy(tmp.resolution, resolution, sizeof(tmp.resolution));
-    if (cnx_segment_params_check(&tmp) != 0)
-        return CNX_EINVAL;
-    *p = tmp;
     return 0;
 }
 

@@ -1,6 +1,7 @@
 /*
- * synapse.c - the synapse kernel's parameters and detection (cnx/synapse.h):
- * cleft components, ownership, sites and partners for one block.
+ * synapse.c - the synapse kernel's parameters (the bounds table, defaults,
+ * checks) and detection (cnx/synapse.h): cleft components, ownership,
+ * sites and partners for one block. The JSON parameters are synapse_io.c.
  *
  * Pass 1 walks the read box once in raster order; rows are skipped eight
  * voxels at a time while no byte reaches the cleft threshold (SWAR test).
@@ -23,78 +24,40 @@
 #include <string.h>
 
 #include "cnx/error.h"
-#include "json_int.h"
 #include "synapse_int.h"
 #include "unionfind_int.h"
 
-#define WHAT "synapses: parameters"
+/* ---- parameters ---------------------------------------------------------- */
+
+#define ROW(field, kind, lo, hi, def, unit)                                    \
+    CNX_PARAM_ROW(cnx_synapse_params, field, kind, lo, hi, 0, def, unit)
+
+/* In the order the parser reads them and the check names them. */
+static const cnx_param bounds[] = {
+    ROW(cleft_threshold, CNX_PARAM_INT, 1, 255, 128, ""),
+    ROW(min_size, CNX_PARAM_INT64, 0, CNX_SYNAPSE_MAX_VOXELS, 20, "voxels"),
+    ROW(partner_radius, CNX_PARAM_INT, 1, CNX_SYNAPSE_MAX_RADIUS, 4, "voxels"),
+    ROW(psd_threshold, CNX_PARAM_INT, 1, 255, 128, ""),
+};
+
+const cnx_param *cnx_synapse_param_bounds(size_t *n)
+{
+    *n = sizeof(bounds) / sizeof(bounds[0]);
+    return bounds;
+}
 
 void cnx_synapse_params_default(cnx_synapse_params *p)
 {
     memset(p, 0, sizeof(*p));
-    p->cleft_threshold = 128;
-    p->psd_threshold = 128;
-    p->min_size = 20;
-    p->partner_radius = 4;
-}
-
-/* ---- JSON parameters ---------------------------------------------------- */
-
-int cnx_synapse_params_parse(const char *json, cnx_synapse_params *p)
-{
-    static const char *const keys[] = {"cleft_threshold", "min_size",
-                                       "partner_radius", "psd_threshold", NULL};
-    cnx_synapse_params tmp;
-    json_t *js = NULL;
-    int64_t v[4];
-    int rc;
-
-    assert(p != NULL);
-    cnx_synapse_params_default(&tmp);
-    v[0] = tmp.cleft_threshold;
-    v[1] = tmp.min_size;
-    v[2] = tmp.partner_radius;
-    v[3] = tmp.psd_threshold;
-    rc = cnx__json_params(&js, json, keys, WHAT);
-    if (rc == 0)
-        rc = cnx__json_param_int(js, "cleft_threshold", 1, 255, WHAT, &v[0]);
-    if (rc == 0)
-        rc = cnx__json_param_int(js, "min_size", 0, CNX_SYNAPSE_MAX_VOXELS,
-                                 WHAT, &v[1]);
-    if (rc == 0)
-        rc = cnx__json_param_int(js, "partner_radius", 1,
-                                 CNX_SYNAPSE_MAX_RADIUS, WHAT, &v[2]);
-    if (rc == 0)
-        rc = cnx__json_param_int(js, "psd_threshold", 1, 255, WHAT, &v[3]);
-    if (rc == 0) {
-        tmp.cleft_threshold = (int)v[0];
-        tmp.min_size = v[1];
-        tmp.partner_radius = (int)v[2];
-        tmp.psd_threshold = (int)v[3];
-        *p = tmp;
-    }
-    json_decref(js);
-    return rc;
-}
-
-static int bad_field(const char *field)
-{
-    return cnx_error_set(CNX_EINVAL, 0, "synapses: %s: out of range", field);
+    cnx_param_defaults(bounds, sizeof(bounds) / sizeof(bounds[0]), p);
 }
 
 int cnx_synapse_params_check(const cnx_synapse_params *p)
 {
     if (p == NULL)
         return cnx_error_set(CNX_EINVAL, 0, "synapses: no parameters");
-    if (p->cleft_threshold < 1 || p->cleft_threshold > 255)
-        return bad_field("cleft_threshold");
-    if (p->psd_threshold < 1 || p->psd_threshold > 255)
-        return bad_field("psd_threshold");
-    if (p->min_size < 0 || p->min_size > CNX_SYNAPSE_MAX_VOXELS)
-        return bad_field("min_size");
-    if (p->partner_radius < 1 || p->partner_radius > CNX_SYNAPSE_MAX_RADIUS)
-        return bad_field("partner_radius");
-    return 0;
+    return cnx_param_check(bounds, sizeof(bounds) / sizeof(bounds[0]), p,
+                           "synapses");
 }
 
 /* ---- the block ---------------------------------------------------------- */

@@ -11,11 +11,6 @@
 
 #include "cnx/synapse.h"
 
-/* Largest partner_radius. */
-#define CNX_SYNAPSE_MAX_RADIUS 16
-/* Read box origins are kept within +-2^40 so coordinates never overflow. */
-#define CNX_SYNAPSE_COORD_LIMIT ((int64_t)1 << 40)
-
 /* One cleft voxel, read box coordinates; label: provisional, then the
  * component. */
 typedef struct syn_vox {

@@ -21,6 +21,7 @@
 #include "cnx/error.h"
 #include "cnx/metrics.h"
 #include "cnx/segjoin.h"
+#include "cnx/segjoin_io.h"
 
 /* Boxes of side `cell` with 1-voxel walls on the planes x % cell == 0
  * (likewise y, z); gt is the box index + 1 inside, 0 on walls. Walls are

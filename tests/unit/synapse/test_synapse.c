@@ -17,7 +17,7 @@
  * refused.
  */
 #include "cnx/error.h"
-#include "cnx/synapse.h"
+#include "cnx/synapse_io.h"
 #include "cnx/synth.h"
 #include "cnx_test.h"
 

@@ -21,6 +21,7 @@
 
 #include "cnx/error.h"
 #include "cnx/precomputed.h"
+#include "cnx/segment_io.h"
 #include "cnx/tune.h"
 #include "cnx/workflow.h"
 #include "cnx_test.h"

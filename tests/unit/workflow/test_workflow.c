@@ -18,7 +18,7 @@
 #include "cnx/align_io.h"
 #include "cnx/error.h"
 #include "cnx/precomputed.h"
-#include "cnx/segment.h"
+#include "cnx/segment_io.h"
 #include "cnx/task.h"
 #include "cnx/workflow.h"
 
