@@ -23,7 +23,9 @@
 # ALIGN_BENCH_SYNTH_ARGS (more cnx-synth arguments, passed to both, of
 # --style and --resolution), ALIGN_BENCH_PEER_ARGS (e.g. "--tune
 # 11,16,24,32,48"; default: the peer's radius 32), ALIGN_BENCH_PARAMS
-# (our parameters as JSON), KEEP_WORK=1 keeps the work directory.
+# (our parameters as JSON), ALIGN_BENCH_BASELINE (a bench_align built from
+# an earlier version: run on the same arguments after ours, its speed and
+# error printed beside ours), KEEP_WORK=1 keeps the work directory.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${CNX_BUILD:-$SRC/build}
@@ -53,6 +55,18 @@ BARGS=(--shape "$SHAPE" --seed "$SEED" --repeat "$REPEAT"
   --out "$WORK/sections" --json "$WORK/ours.json" "${EXTRA[@]}")
 [ -n "${ALIGN_BENCH_PARAMS:-}" ] && BARGS+=(--params "$ALIGN_BENCH_PARAMS")
 "$BUILD/bench/bench_align" "${BARGS[@]}"
+if [ -n "${ALIGN_BENCH_BASELINE:-}" ]; then
+  echo "== baseline: $ALIGN_BENCH_BASELINE (one thread)"
+  mkdir -p "$WORK/base-sections"
+  BASE_ARGS=("${BARGS[@]}")
+  for i in "${!BASE_ARGS[@]}"; do
+    case "${BASE_ARGS[$i]}" in
+      "$WORK/sections") BASE_ARGS[$i]="$WORK/base-sections" ;;
+      "$WORK/ours.json") BASE_ARGS[$i]="$WORK/base.json" ;;
+    esac
+  done
+  "$ALIGN_BENCH_BASELINE" "${BASE_ARGS[@]}" | grep -E '^ours   : (match|error)'
+fi
 
 echo "== the same sections as tests/py/synth_sections.py rebuilds"
 "$PY" - "$SRC" "$WORK" <<'EOF'
@@ -85,7 +99,9 @@ OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 \
   "${PEER_ARGS[@]}"
 
 echo "== side by side (same pairs, same pixels, one core each, this run)"
-"$PY" - "$WORK/ours.json" "$WORK/peer.json" <<'EOF'
+BASE_JSON=()
+[ -n "${ALIGN_BENCH_BASELINE:-}" ] && BASE_JSON=("$WORK/base.json")
+"$PY" - "$WORK/ours.json" "$WORK/peer.json" "${BASE_JSON[@]}" <<'EOF'
 import json, sys
 o = json.load(open(sys.argv[1]))
 p = json.load(open(sys.argv[2]))["best"]
@@ -103,6 +119,14 @@ print(row % ("skimage pcc + optical_flow_ilk r=%d" % p["radius"],
              "%.2f" % p["mpx_per_s"], "%.3f" % p["error_median"],
              "%.3f" % p["error_p99"], "%.3f" % p["error_max"],
              "%d/%d" % (p["nodes"], p["nodes"])))
+if len(sys.argv) > 3:
+    b = json.load(open(sys.argv[3]))
+    print(row % ("baseline bench_align (>= %d px inside)" % b["margin"],
+                 "%.2f" % b["mpx_per_s"], "%.3f" % b["inside_error_median"],
+                 "%.3f" % b["inside_error_p99"], "%.3f" % b["inside_error_max"],
+                 "%d/%d" % (b["valid_inside"], b["nodes_inside"])))
+    print("ratio (ours / baseline): speed %.1fx" % (o["mpx_per_s"] /
+                                                   b["mpx_per_s"]))
 print("ratios (ours / peer): speed %.1fx; median error %.2f, max error %.2f "
       "(>= %d px inside)" % (o["mpx_per_s"] / p["mpx_per_s"],
                               o["inside_error_median"] / p["error_median"],

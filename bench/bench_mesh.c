@@ -9,7 +9,10 @@
  *  - chunk: cnx_mesh_block_run on the EDGE^3 cells of a chunk with one
  *    voxel of overlap on its high faces, as the mesh worker runs it, then
  *    again followed by cnx_mesh_simplify of every fragment (chunk faces
- *    fixed);
+ *    fixed), and followed by the baseline instead: the previous
+ *    simplifier (mesh_simplify_v2.h, the code of a03ae92), in the same
+ *    run, interleaved; the split of meshing and simplification, and
+ *    whether both simplifiers wrote the same bytes;
  *  - closed: the EDGE^3 volume alone (cells -1..EDGE, outside 0), so every
  *    label's mesh is closed: its enclosed volume against the label's voxel
  *    count, before and after simplification;
@@ -27,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench_util.h"
@@ -34,6 +38,7 @@
 #include "cnx/log.h"
 #include "cnx/mesh.h"
 #include "cnx/precomputed.h"
+#include "mesh_simplify_v2.h"
 
 #define RUNS 5
 #define EDGE 128
@@ -323,17 +328,48 @@ static void die_kernel(void)
     exit(1);
 }
 
-/* Mesh a block; simplify every mesh too when `simp` is set. Seconds. */
-static double run_block(const cnx_mesh_block *b,
-                        const cnx_mesh_simplify_opts *simp, cnx_mesh_set *set)
+typedef int (*simplify_fn)(cnx_mesh *, const cnx_mesh_simplify_opts *);
+
+/* CPU seconds of this thread: on a loaded machine the wall clock also
+ * counts the time the thread waited for a core. */
+static double cpu_now(void)
 {
-    double t0 = cnx_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Mesh a block; simplify every mesh too with fn when `simp` is set.
+ * Seconds; its CPU seconds into *cpu when cpu is not NULL. */
+static double run_block(const cnx_mesh_block *b,
+                        const cnx_mesh_simplify_opts *simp, simplify_fn fn,
+                        cnx_mesh_set *set, double *cpu)
+{
+    double t0 = cnx_now(), c0 = cpu_now();
     if (cnx_mesh_block_run(b, set) != 0)
         die_kernel();
     for (size_t i = 0; simp != NULL && i < set->n; i++)
-        if (cnx_mesh_simplify(&set->meshes[i], simp) != 0)
+        if (fn(&set->meshes[i], simp) != 0)
             die_kernel();
+    if (cpu != NULL)
+        *cpu = cpu_now() - c0;
     return cnx_now() - t0;
+}
+
+/* 1 if the two sets hold the same labels and the same mesh bytes. */
+static int sets_equal(const cnx_mesh_set *a, const cnx_mesh_set *b)
+{
+    if (a->n != b->n)
+        return 0;
+    for (size_t i = 0; i < a->n; i++) {
+        const cnx_mesh *x = &a->meshes[i], *y = &b->meshes[i];
+        if (a->labels[i] != b->labels[i] || x->nverts != y->nverts ||
+            x->ntris != y->ntris ||
+            memcmp(x->verts, y->verts, 3 * x->nverts * sizeof(float)) != 0 ||
+            memcmp(x->tris, y->tris, 3 * x->ntris * sizeof(uint32_t)) != 0)
+            return 0;
+    }
+    return 1;
 }
 
 static size_t set_tris(const cnx_mesh_set *set)
@@ -433,16 +469,18 @@ int main(int argc, char **argv)
 {
     const char *url = argc > 1 ? argv[1] : NULL;
     int64_t edge = EDGE, s[3], c[3], d[3], bbox_vox = 0;
-    double res[3] = {8, 8, 8}, t[RUNS], med[5], best[4], vox, rmin;
+    double res[3] = {8, 8, 8}, t[RUNS], tv[6][RUNS], med[6], best[6], vox;
+    double rmin, simp_s[2], med_label, cv[6][RUNS], cmed[6];
     uint64_t *data = NULL, *lab = NULL, *buf = NULL;
     objset os = {0};
     const obj **order = NULL;
     cnx_mesh_block chunk, closed;
     cnx_mesh_simplify_opts so;
     cnx_mesh_set set = {0}, simp = {0}, cset = {0}, csimp = {0};
+    cnx_mesh_set bsimp = {0}, bcsimp = {0};
     size_t tris_cropped = 0;
     uint64_t cid[NCHECK];
-    vol_stats vs[2];
+    vol_stats vs[3];
     int status = 1;
     peer_result pr;
 
@@ -543,26 +581,42 @@ int main(int argc, char **argv)
            bbox_vox / 1e6, bbox_vox / vox);
     fflush(stdout);
 
-    for (int v = 0; v < 4; v++) {
-        cnx_mesh_set *out = v == 0   ? &set
-                            : v == 1 ? &simp
-                            : v == 2 ? &cset
-                                     : &csimp;
-        /* Two runs first, untimed, for the meshing alone: a worker meshes
-         * chunk after chunk, with its allocator warm (the first runs of a
-         * process pay for fresh pages and mmap/munmap of the big arrays
-         * until glibc's thresholds settle). */
-        for (int w = 0; w < 2 && !(v & 1); w++) {
-            cnx_mesh_set_free(out);
-            (void)run_block(v < 2 ? &chunk : &closed, NULL, out);
-        }
-        for (int r = 0; r < RUNS; r++) {
-            cnx_mesh_set_free(out);
-            t[r] = run_block(v < 2 ? &chunk : &closed, v & 1 ? &so : NULL, out);
-        }
-        med[v] = bench_median(t, RUNS);
-        best[v] = t[0]; /* sorted by bench_median */
+    /* Six variants: the chunk and the closed volume, each meshed alone,
+     * + cnx_mesh_simplify (ours), + the baseline (bench/mesh_simplify_v2.h,
+     * the simplifier of a03ae92). Two untimed runs of the meshing first: a
+     * worker meshes chunk after chunk, with its allocator warm (the first
+     * runs of a process pay for fresh pages and mmap/munmap of the big
+     * arrays until glibc's thresholds settle). The timed runs interleave
+     * the variants, so that a change of the machine's load falls on all. */
+    for (int w = 0; w < 2; w++) {
+        cnx_mesh_set_free(&set);
+        (void)run_block(&chunk, NULL, NULL, &set, NULL);
+        cnx_mesh_set_free(&cset);
+        (void)run_block(&closed, NULL, NULL, &cset, NULL);
     }
+    for (int r = 0; r < RUNS; r++)
+        for (int v = 0; v < 6; v++) {
+            cnx_mesh_set *out = v == 0   ? &set
+                                : v == 1 ? &simp
+                                : v == 2 ? &cset
+                                : v == 3 ? &csimp
+                                : v == 4 ? &bsimp
+                                         : &bcsimp;
+            const cnx_mesh_block *blk =
+                v == 0 || v == 1 || v == 4 ? &chunk : &closed;
+            cnx_mesh_set_free(out);
+            tv[v][r] = run_block(blk, v == 0 || v == 2 ? NULL : &so,
+                                 v < 4 ? cnx_mesh_simplify : v2_mesh_simplify,
+                                 out, &cv[v][r]);
+        }
+    for (int v = 0; v < 6; v++) {
+        med[v] = bench_median(tv[v], RUNS);
+        best[v] = tv[v][0]; /* sorted by bench_median */
+        cmed[v] = bench_median(cv[v], RUNS);
+    }
+    /* Simplification alone: chunk + simplify less the chunk's meshing. */
+    simp_s[0] = med[1] - med[0];
+    simp_s[1] = med[4] - med[0];
     printf("ours   : chunk, all labels in one pass (cnx_mesh_block_run): "
            "%.4f s, %.1f MVx/s (target >= 40; best run %.1f), %zu labels, "
            "%zu triangles\n",
@@ -570,27 +624,54 @@ int main(int argc, char **argv)
            set_tris(&set));
     printf("ours   : chunk + cnx_mesh_simplify of every fragment (fraction "
            "%.2f, max error %.0f nm^2, chunk faces fixed): %.4f s, %.1f "
-           "MVx/s, %zu triangles (%.1f%% of the input)\n",
+           "MVx/s (target >= 20), %zu triangles (%.1f%% of the input)\n",
            so.target_fraction, so.max_error, med[1], vox / med[1] / 1e6,
            set_tris(&simp),
            100.0 * (double)set_tris(&simp) / (double)set_tris(&set));
+    printf("base   : chunk + the previous simplifier (mesh_simplify_v2.h), "
+           "same options: %.4f s, %.1f MVx/s, %zu triangles (%.1f%%)\n",
+           med[4], vox / med[4] / 1e6, set_tris(&bsimp),
+           100.0 * (double)set_tris(&bsimp) / (double)set_tris(&set));
+    printf("split  : chunk + simplify: meshing %.0f%%, simplification %.0f%% "
+           "(%.4f s, %.2f us per collapse; baseline %.4f s, %.2f us); "
+           "simplification ours / baseline: %.2fx faster\n",
+           100 * med[0] / med[1], 100 * simp_s[0] / med[1], simp_s[0],
+           1e6 * simp_s[0] / ((double)(set_tris(&set) - set_tris(&simp)) / 2.0),
+           simp_s[1],
+           1e6 * simp_s[1] /
+               ((double)(set_tris(&set) - set_tris(&bsimp)) / 2.0),
+           simp_s[1] / simp_s[0]);
     printf("ours   : closed volume (cells -1..%lld, outside 0): %.4f s, "
            "%.1f MVx/s, %zu triangles; simplified: %.4f s, %zu triangles "
-           "(%.1f%%)\n",
+           "(%.1f%%); baseline %.4f s, %zu triangles\n",
            (long long)c[0], med[2], vox / med[2] / 1e6, set_tris(&cset), med[3],
            set_tris(&csimp),
-           100.0 * (double)set_tris(&csimp) / (double)set_tris(&cset));
+           100.0 * (double)set_tris(&csimp) / (double)set_tris(&cset), med[5],
+           set_tris(&bcsimp));
+    printf("cpu    : CPU seconds (medians): chunk %.4f, + ours %.4f, + "
+           "baseline %.4f; closed %.4f, + ours %.4f, + baseline %.4f; "
+           "simplification ours / baseline: %.2fx faster (chunk), %.2fx "
+           "(closed)\n",
+           cmed[0], cmed[1], cmed[4], cmed[2], cmed[3], cmed[5],
+           (cmed[4] - cmed[0]) / (cmed[1] - cmed[0]),
+           (cmed[5] - cmed[2]) / (cmed[3] - cmed[2]));
+    printf("bytes  : ours and the baseline write %s (chunk), %s (closed)\n",
+           sets_equal(&simp, &bsimp) ? "the same bytes" : "DIFFERENT bytes",
+           sets_equal(&csimp, &bcsimp) ? "the same bytes" : "DIFFERENT bytes");
     volume_stats(&cset, &os, res, 1000, &vs[0]);
     volume_stats(&csimp, &os, res, 1000, &vs[1]);
+    volume_stats(&bcsimp, &os, res, 1000, &vs[2]);
     print_volume_stats("closed", &vs[0]);
     print_volume_stats("simplified", &vs[1]);
+    print_volume_stats("baseline", &vs[2]);
     for (int r = 0; r < RUNS; r++)
         t[r] = mesh_cropped(&os, lab, s, buf, &tris_cropped);
-    med[4] = bench_median(t, RUNS);
+    med_label = bench_median(t, RUNS);
     printf("ours   : per label (bbox copied out, then cnx_mesh_label): "
            "%.4f s, %.1f MVx/s of chunk, %.1f MVx/s of bboxes, %zu "
            "triangles\n",
-           med[4], vox / med[4] / 1e6, bbox_vox / med[4] / 1e6, tris_cropped);
+           med_label, vox / med_label / 1e6, bbox_vox / med_label / 1e6,
+           tris_cropped);
     fflush(stdout);
 
     if (run_peer(lab, s, cid, &pr) == 0) {
@@ -606,7 +687,7 @@ int main(int argc, char **argv)
         printf("ratio  : peer whole / ours: chunk pass %.1fx, chunk + "
                "simplify %.1fx, closed pass %.1fx; per label %.1fx\n",
                pr.mesh_s / med[0], pr.mesh_s / med[1], pr.mesh_s / med[2],
-               pr.mesh_s / med[4]);
+               pr.mesh_s / med_label);
         printf("check  : %-22s %8s %8s %8s %10s %10s %10s\n", "label (voxels)",
                "ours tri", "simp tri", "peer tri", "ours vol", "simp vol",
                "peer vol");
@@ -640,6 +721,8 @@ done:
     cnx_mesh_set_free(&simp);
     cnx_mesh_set_free(&cset);
     cnx_mesh_set_free(&csimp);
+    cnx_mesh_set_free(&bsimp);
+    cnx_mesh_set_free(&bcsimp);
     free(order);
     free(os.objs);
     free(os.slot);

@@ -14,15 +14,20 @@
  * section pixels per second on one core, and the split registration /
  * solve / render (registration timed again pair by pair with
  * cnx_montage_register_pair; "solve" is the rest of cnx_montage_solve),
- * plus accuracy against the true positions.
+ * the registration's and the whole montage's speed in Mpx/s per core of
+ * tile pixels (the pixels of a section's tiles, each counted once, over
+ * the registration seconds and the total), plus accuracy against the true
+ * positions.
  * (b) Pairwise: the edge-neighbour pairs of the first PEER_SECTIONS
  * sections, registered by cnx_montage_register_pair and by
  * skimage.registration.phase_cross_correlation(upsample_factor=10)
  * (bench/montage_peer.py) on the two strips that can overlap within the
  * search (the same pixels ours reads), wrap-around resolved towards the
  * nominal offset. Reported: median / max error against the true offset,
- * share within 1 px, time per pair. A failing peer is reported, never
- * fatal.
+ * share within 1 px, time per pair and Mpx/s per core (pixels of the two
+ * strips the peer is given, the same count for both; the peer on one
+ * thread). A
+ * failing peer is reported, never fatal.
  * (c) Pairwise on real EM, as (b): the ISBI 2012 sections 00..29 cut by
  * tests/integration/montage_isbi.py (seed 2012; 3 x 3 tiles of 192 px,
  * 16.7 % overlap, jitter, gains, offsets, noise, nominal errors up to
@@ -136,8 +141,9 @@ static void strip_of(const bpair *p, int64_t S, strip *s)
     s->lagt[1] = p->true_dy - s->ay0 + s->by0;
 }
 
-/* Run the peer on the pairs; prints its lines. */
-static void run_peer(const bpair *pairs, size_t n, int64_t S)
+/* Run the peer on the pairs; prints its lines (its speed in strip_px, the
+ * mean pixels of both strips of a pair, per second). */
+static void run_peer(const bpair *pairs, size_t n, int64_t S, double strip_px)
 {
     char dir[] = "/tmp/cnx-bench-montage-XXXXXX", npy[96], meta[96];
     char peer[1024], cmd[2048], line[512];
@@ -189,7 +195,10 @@ static void run_peer(const bpair *pairs, size_t n, int64_t S)
         goto done;
     }
     f = NULL;
-    snprintf(cmd, sizeof(cmd), "'%s' '%s' '%s' '%s' 2>&1", py, peer, npy, meta);
+    snprintf(cmd, sizeof(cmd),
+             "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 '%s' '%s' '%s' '%s' "
+             "%.0f 2>&1",
+             py, peer, npy, meta, strip_px);
     pp = popen(cmd, "r");
     if (pp == NULL) {
         printf("peer   : FAILED (cannot start %s)\n", py);
@@ -215,6 +224,7 @@ done:
 static int pairwise(const bpair *pairs, size_t n, const cnx_montage_params *p)
 {
     double *err = malloc((n ? n : 1) * sizeof(*err)), tr, within = 0, t0;
+    double px = 0; /* pixels of both strips (the peer's input), summed */
     if (err == NULL || n == 0) {
         free(err);
         fprintf(stderr, "bench_montage: no pairs to register\n");
@@ -233,15 +243,20 @@ static int pairwise(const bpair *pairs, size_t n, const cnx_montage_params *p)
         err[k] = sqrt(ex * ex + ey * ey);
     }
     tr = now() - t0;
-    for (size_t k = 0; k < n; k++)
+    for (size_t k = 0; k < n; k++) {
         within += err[k] <= 1.0;
+        strip sk;
+        strip_of(&pairs[k], p->search, &sk);
+        px += (double)(2 * sk.w * sk.h);
+    }
     bench_median(err, (int)n);
     printf("ours   : error vs truth median %.3f px, max %.3f px, "
-           "%.1f %% within 1 px; %.3f ms/pair\n",
+           "%.1f %% within 1 px; %.3f ms/pair = %.2f Mpx/s per core (pixels "
+           "of both strips)\n",
            err[n / 2], err[n - 1], 100 * within / (double)n,
-           1e3 * tr / (double)n);
+           1e3 * tr / (double)n, px / tr / 1e6);
     free(err);
-    run_peer(pairs, n, p->search);
+    run_peer(pairs, n, p->search, px / (double)n);
     return 0;
 }
 
@@ -253,6 +268,7 @@ static int bench_synth(int64_t nz, const cnx_montage_params *p)
     uint8_t *canvas = malloc((size_t)SIDE * SIDE);
     bpairs pairs = {0};
     size_t total_pairs = 0, total_used = 0;
+    double tile_px = 0; /* pixels of a section's tiles */
     double t_solve = 0, t_reg = 0, t_render = 0, t_gen = 0, t0;
     double worst_pos = 0;
     double *med = calloc((size_t)nz, sizeof(*med));
@@ -303,6 +319,9 @@ static int bench_synth(int64_t nz, const cnx_montage_params *p)
         ids = calloc(n, sizeof(*ids));
         if (mt == NULL || ids == NULL)
             return 1;
+        tile_px = 0;
+        for (size_t i = 0; i < n; i++)
+            tile_px += (double)(st[i].width * st[i].height);
         for (size_t i = 0; i < n; i++) {
             snprintf(ids[i], sizeof(ids[i]), "r%02lld-c%02lld",
                      (long long)st[i].row, (long long)st[i].col);
@@ -383,6 +402,11 @@ static int bench_synth(int64_t nz, const cnx_montage_params *p)
                (long long)nz, total_pairs, total_used, t_solve, t_reg,
                100 * t_reg / t_solve, t_render, total, 1e3 * total / (double)nz,
                px / total / 1e6);
+        printf("ours   : in tile pixels (%.0f per section, each counted "
+               "once): registration %.2f Mpx/s per core, the whole montage "
+               "%.2f Mpx/s per core\n",
+               tile_px, tile_px * (double)nz / t_reg / 1e6,
+               tile_px * (double)nz / total / 1e6);
         printf("ours   : median of per-section median residuals %.4f px; "
                "worst tile position error (mean translation removed) "
                "%.4f px\n",

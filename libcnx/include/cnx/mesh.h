@@ -193,7 +193,7 @@ void cnx_mesh_block_planes(const cnx_mesh_block *b, cnx_mesh_simplify_opts *o);
  *         target_fraction outside [0, 1], a max_error < 0 or NaN, or a bad
  *         plane; CNX_ETOOBIG over 2^32 - 1 vertices or 2^29 triangles;
  *         CNX_ENOMEM (m unchanged on failure).
- * Memory: about 200 bytes per vertex and 28 per triangle.
+ * Memory: about 200 bytes per vertex and 52 per triangle.
  * Thread-safety: no shared state.
  */
 int cnx_mesh_simplify(cnx_mesh *m, const cnx_mesh_simplify_opts *o);

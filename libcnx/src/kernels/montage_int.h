@@ -35,6 +35,8 @@
 typedef struct mont_fft {
     size_t n;
     double *w;
+    double *ws;  /* the same twiddles by stage: those of the stage of
+                  * half-length h (k < h) at ws[2 h + 2 k], contiguous */
     size_t *rev; /* bit reversal permutation */
 } mont_fft;
 
@@ -46,6 +48,12 @@ void mont_fft_dispose(mont_fft *f);
 /* In-place complex FFT of n interleaved values (stride 1); inverse = 1
  * uses conj twiddles and does not scale. */
 void mont_fft_1d(const mont_fft *f, double *data, int inverse);
+
+/* The same transform of every column of an f->n x m grid of interleaved
+ * values (row stride 2 m doubles), in place: each column gets exactly the
+ * operations mont_fft_1d would give it (the same bits), done a whole row at
+ * a time instead of through a gathered copy. */
+void mont_fft_cols(const mont_fft *f, double *data, size_t m, int inverse);
 
 /* cos and sin of 2 pi k / n for n a power of two, deterministically
  * (half-angle recurrences from pi/2, products in a fixed order). */
@@ -59,8 +67,6 @@ typedef struct mont_work {
     mont_fft fx, fy;
     double *grid; /* nx * ny complex */
     size_t grid_cap;
-    double *col; /* ny complex: one column */
-    size_t col_cap;
     double *ra, *rb; /* region images (binned), real */
     double *sa, *sb; /* summed-area tables: value and square, interleaved */
     size_t ra_cap, rb_cap, sa_cap, sb_cap;

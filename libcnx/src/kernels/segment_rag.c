@@ -5,12 +5,16 @@
  * One pass over the watershed basins sums the pair values of every face
  * pair that straddles two basins into an edge, found through an open-
  * addressing table keyed (lower id << 32 | higher id); runs of the same
- * pair (per direction) reuse the last slot. Each node keeps a list of
- * edge indices. Merging b into a (a < b) marks a's neighbours in a scratch
- * array, then moves b's edges over: an edge to a neighbour that a already
- * has is added into a's edge and dies, the others are re-pointed. Edge
- * endpoints are therefore always current region ids, and at most one live
- * edge joins two regions. The priority queue is a binary heap with lazy
+ * pair (per direction) reuse the last slot. The table stays: it maps every
+ * live edge's current pair to the edge. Each node keeps a list of edge
+ * indices (dead ones are skipped, and dropped when they outnumber the
+ * live). Merging b into a (a < b) walks b's list only: an edge to a
+ * neighbour o that a already has (a table look-up of (a, o)) is added into
+ * a's edge and dies, the others are re-pointed (re-keyed) and appended to
+ * a's list; so a merge costs b's degree, not a's (a region that grows
+ * large and keeps the lower id absorbs its neighbours in constant time
+ * each). Edge endpoints are always current region ids, and at most one
+ * live edge joins two regions. The priority queue is a binary heap with lazy
  * deletion: an entry stands only while its edge's version is unchanged.
  * Decisions depend only on (value, ids), never on hash or list order.
  * Memory: O(basins + edges); time O(voxels + merges x degree + E log E).
@@ -46,6 +50,12 @@ typedef struct heap {
     size_t len, cap;
 } heap;
 
+typedef struct edge_table {
+    uint64_t *keys; /* 0: empty (ids are >= 1, so no key is 0) */
+    uint32_t *index;
+    size_t cap; /* power of two */
+} edge_table;
+
 typedef struct rag {
     seg_edge *edges;
     size_t nedges, cap_edges;
@@ -53,12 +63,12 @@ typedef struct rag {
     uint32_t *block; /* the initial lists */
     uint32_t *parent;
     uint64_t *size;
-    uint32_t *mark; /* per node: the edge to it from the region being
-                       merged into, or SEG_NONE */
+    uint32_t *deg; /* per node: live edges in its list */
     uint32_t nnodes;
     uint64_t level; /* merge while an edge's value is below this */
     int planar;     /* first pass of sections mode: z edges wait */
     heap queue;
+    edge_table table; /* (a << 32 | b) of every live edge -> its index */
 } rag;
 
 /* ---- heap ---------------------------------------------------------------- */
@@ -110,11 +120,6 @@ static heap_entry heap_pop(heap *h)
 
 /* ---- building the graph ------------------------------------------------ */
 
-typedef struct edge_table {
-    uint64_t *keys; /* 0: empty (ids are >= 1, so no key is 0) */
-    uint32_t *index;
-    size_t cap; /* power of two */
-} edge_table;
 
 static size_t key_slot(uint64_t key, size_t cap)
 {
@@ -157,6 +162,42 @@ static int table_grow(edge_table *t)
     return 0;
 }
 
+static uint64_t pair_key(uint32_t a, uint32_t b)
+{
+    return a < b ? (uint64_t)a << 32 | b : (uint64_t)b << 32 | a;
+}
+
+/* The slot of key, or the empty slot where it would go. */
+static size_t table_find(const edge_table *t, uint64_t key)
+{
+    size_t j = key_slot(key, t->cap);
+    while (t->keys[j] != 0 && t->keys[j] != key)
+        j = (j + 1) & (t->cap - 1);
+    return j;
+}
+
+/* Remove the key of slot i (linear probing, backward shift: no
+ * tombstones, so the load never grows). */
+static void table_remove_at(edge_table *t, size_t i)
+{
+    const size_t mask = t->cap - 1;
+    size_t j = i;
+    for (;;) {
+        size_t k;
+        j = (j + 1) & mask;
+        if (t->keys[j] == 0)
+            break;
+        k = key_slot(t->keys[j], t->cap);
+        /* the entry at j may move to i unless its home lies in (i, j] */
+        if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+            continue;
+        t->keys[i] = t->keys[j];
+        t->index[i] = t->index[j];
+        i = j;
+    }
+    t->keys[i] = 0;
+}
+
 /* The edge of key, created (sum 0) if new. @return its index or SEG_NONE
  * when out of memory. */
 static uint32_t edge_of(rag *r, edge_table *t, uint64_t key)
@@ -197,11 +238,11 @@ static int build_edges(rag *r, const seg_grid *g, const uint8_t *q,
     const int64_t *s = g->size;
     const int ndirs = g->z_edges ? 3 : 2;
     const ptrdiff_t dir[3] = {g->nb[1], g->nb[3], g->nb[5]};
-    edge_table t;
+    edge_table *t = &r->table;
     uint64_t last_key[3] = {0, 0, 0}; /* per direction: runs of one pair */
     uint32_t last[3] = {SEG_NONE, SEG_NONE, SEG_NONE};
     int rc = 0;
-    if (table_init(&t, 4096) != 0)
+    if (table_init(t, 4096) != 0)
         goto oom;
     for (int64_t z = 0; z < s[2]; z++)
         for (int64_t y = 0; y < s[1]; y++) {
@@ -222,7 +263,7 @@ static int build_edges(rag *r, const seg_grid *g, const uint8_t *q,
                     key = lu < lv ? (uint64_t)lu << 32 | lv
                                   : (uint64_t)lv << 32 | lu;
                     if (key != last_key[d]) {
-                        last[d] = edge_of(r, &t, key);
+                        last[d] = edge_of(r, t, key);
                         if (last[d] == SEG_NONE)
                             goto oom;
                         last_key[d] = key;
@@ -233,12 +274,9 @@ static int build_edges(rag *r, const seg_grid *g, const uint8_t *q,
                 }
             }
         }
-    goto done;
-oom:
-    rc = cnx_error_set(CNX_ENOMEM, 0, "segment: out of memory (graph)");
-done:
-    table_dispose(&t);
     return rc;
+oom:
+    return cnx_error_set(CNX_ENOMEM, 0, "segment: out of memory (graph)");
 }
 
 /* Each node's initial list of edges, in one block. */
@@ -261,6 +299,8 @@ static int build_lists(rag *r)
         na->list[na->len++] = (uint32_t)e;
         nb->list[nb->len++] = (uint32_t)e;
     }
+    for (uint32_t i = 1; i <= r->nnodes; i++)
+        r->deg[i] = r->nodes[i].len;
     return 0;
 }
 
@@ -275,8 +315,9 @@ static void rag_dispose(rag *r)
     free(r->edges);
     free(r->parent);
     free(r->size);
-    free(r->mark);
+    free(r->deg);
     free(r->queue.e);
+    table_dispose(&r->table);
 }
 
 /* Sections mode: mark the edges that join two sections (every basin lies
@@ -312,14 +353,12 @@ static int rag_alloc(rag *r, uint32_t nnodes, uint64_t level, size_t cap_edges)
     r->nodes = calloc(nn, sizeof(*r->nodes));
     r->parent = malloc(nn * sizeof(*r->parent));
     r->size = calloc(nn, sizeof(*r->size));
-    r->mark = malloc(nn * sizeof(*r->mark));
+    r->deg = calloc(nn, sizeof(*r->deg));
     if (r->edges == NULL || r->nodes == NULL || r->parent == NULL ||
-        r->size == NULL || r->mark == NULL)
+        r->size == NULL || r->deg == NULL)
         return cnx_error_set(CNX_ENOMEM, 0, "segment: out of memory");
-    for (size_t i = 0; i < nn; i++) {
+    for (size_t i = 0; i < nn; i++)
         r->parent[i] = (uint32_t)i;
-        r->mark[i] = SEG_NONE;
-    }
     return 0;
 }
 
@@ -383,53 +422,77 @@ static int node_append(seg_node *n, uint32_t e)
     return 0;
 }
 
-/* Move b's edge e (to o != a) over to a: combine with a's edge to o, or
- * re-point it. */
-static int move_edge(rag *r, uint32_t a, uint32_t e, uint32_t o, int queue)
+/* Drop the dead edges of node's list once they outnumber the live ones
+ * (the list's order does not matter: decisions use values and ids). */
+static void node_compact(rag *r, uint32_t node)
+{
+    seg_node *n = &r->nodes[node];
+    uint32_t kept = 0;
+    if (n->len <= 2 * r->deg[node] + 16)
+        return;
+    for (uint32_t i = 0; i < n->len; i++)
+        if (r->edges[n->list[i]].alive)
+            n->list[kept++] = n->list[i];
+    n->len = kept;
+}
+
+/* Kill edge e (its pair leaves the table). */
+static void edge_kill(rag *r, uint32_t e)
 {
     seg_edge *ed = &r->edges[e];
-    uint32_t f = r->mark[o];
-    if (f != SEG_NONE) {
+    ed->alive = 0;
+    r->deg[ed->a]--;
+    r->deg[ed->b]--;
+    table_remove_at(&r->table, table_find(&r->table, pair_key(ed->a, ed->b)));
+}
+
+/* Move b's edge e (to o != a) over to a: combine with a's edge to o, or
+ * re-point it. */
+static int move_edge(rag *r, uint32_t a, uint32_t b, uint32_t e, uint32_t o,
+                     int queue)
+{
+    seg_edge *ed = &r->edges[e];
+    const size_t j = table_find(&r->table, pair_key(a, o));
+    if (r->table.keys[j] != 0) {
+        const uint32_t f = r->table.index[j];
         r->edges[f].sum += ed->sum;
         r->edges[f].count += ed->count;
-        ed->alive = 0;
+        edge_kill(r, e);
         return touch(r, f, queue);
+    }
+    /* (b, o) becomes (a, o): re-keyed (the removal may shift entries,
+     * so the free slot is looked up again after it). */
+    table_remove_at(&r->table, table_find(&r->table, pair_key(b, o)));
+    {
+        const size_t k = table_find(&r->table, pair_key(a, o));
+        r->table.keys[k] = pair_key(a, o);
+        r->table.index[k] = e;
     }
     ed->a = a < o ? a : o;
     ed->b = a < o ? o : a;
-    r->mark[o] = e;
+    r->deg[b]--;
+    r->deg[a]++;
     if (node_append(&r->nodes[a], e) != 0)
         return CNX_ENOMEM;
     return touch(r, e, queue);
 }
 
-/* Merge region b into region a (a < b, both current). */
+/* Merge region b into region a (a < b, both current): b's edges only. */
 static int merge(rag *r, uint32_t a, uint32_t b, int queue)
 {
-    seg_node *na = &r->nodes[a], *nb = &r->nodes[b];
-    uint32_t kept = 0;
+    seg_node *nb = &r->nodes[b];
     int rc = 0;
-    for (uint32_t i = 0; i < na->len; i++) {
-        uint32_t e = na->list[i];
-        if (!r->edges[e].alive)
-            continue;
-        na->list[kept++] = e;
-        r->mark[other_end(&r->edges[e], a)] = e;
-    }
-    na->len = kept;
     for (uint32_t i = 0; i < nb->len && rc == 0; i++) {
         uint32_t e = nb->list[i], o;
         if (!r->edges[e].alive)
             continue;
         o = other_end(&r->edges[e], b);
         if (o == a)
-            r->edges[e].alive = 0;
+            edge_kill(r, e);
         else
-            rc = move_edge(r, a, e, o, queue);
+            rc = move_edge(r, a, b, e, o, queue);
     }
-    na = &r->nodes[a];
-    for (uint32_t i = 0; i < na->len; i++)
-        r->mark[other_end(&r->edges[na->list[i]], a)] = SEG_NONE;
+    node_compact(r, a);
     if (nb->owned)
         free(nb->list);
     memset(nb, 0, sizeof(*nb));
@@ -574,6 +637,20 @@ int seg__agglomerate_graph(uint32_t nnodes, const uint64_t *sizes,
         r.edges[e] = (seg_edge){edges[e].a, edges[e].b, edges[e].sum,
                                 edges[e].count, 0, 1, 0};
     r.nedges = rc == 0 ? nedges : 0;
+    if (rc == 0) {
+        size_t cap = 4096;
+        while (cap < 2 * (nedges + 1))
+            cap *= 2;
+        rc = table_init(&r.table, cap) != 0
+                 ? cnx_error_set(CNX_ENOMEM, 0, "segment: out of memory")
+                 : 0;
+        for (size_t e = 0; e < nedges && rc == 0; e++) {
+            const uint64_t key = pair_key(edges[e].a, edges[e].b);
+            const size_t j = table_find(&r.table, key);
+            r.table.keys[j] = key;
+            r.table.index[j] = (uint32_t)e;
+        }
+    }
     if (rc == 0)
         rc = build_lists(&r);
     if (rc == 0)

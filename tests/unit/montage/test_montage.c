@@ -19,7 +19,7 @@
 #include <math.h>
 
 #include "cnx/error.h"
-#include "cnx/montage.h"
+#include "cnx/montage_io.h"
 #include "cnx/synth.h"
 #include "cnx_test.h"
 #include "kernels/montage_int.h"
@@ -315,7 +315,133 @@ static void test_montage__fft_matches_naive_dft(void **state)
         }
 }
 
+/* The column transform gives every column the bits mont_fft_1d gives it,
+ * forward and inverse, for sizes with and without the general stages and
+ * widths with and without an odd last column. */
+static void test_montage__fft_cols_same_bits_as_1d(void **state)
+{
+    static const size_t sizes[] = {1, 2, 4, 8, 64};
+    static const size_t widths[] = {1, 2, 5, 16};
+    uint64_t seed = 5;
+    (void)state;
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+        for (size_t wi = 0; wi < sizeof(widths) / sizeof(widths[0]); wi++)
+            for (int inverse = 0; inverse <= 1; inverse++) {
+                const size_t n = sizes[si], m = widths[wi];
+                double *g = malloc(2 * n * m * sizeof(*g));
+                double *ref = malloc(2 * n * m * sizeof(*ref));
+                double *col = malloc(2 * n * sizeof(*col));
+                mont_fft f;
+                memset(&f, 0, sizeof(f));
+                assert_true(g != NULL && ref != NULL && col != NULL);
+                assert_int_equal(mont_fft_plan(&f, n), 0);
+                for (size_t i = 0; i < 2 * n * m; i++)
+                    g[i] = ref[i] =
+                        (double)(cnx_test_rand(&seed) % 20001) / 100.0 - 100.0;
+                for (size_t x = 0; x < m; x++) {
+                    /* the reference: column x through mont_fft_1d */
+                    for (size_t y = 0; y < n; y++) {
+                        col[2 * y] = ref[2 * (y * m + x)];
+                        col[2 * y + 1] = ref[2 * (y * m + x) + 1];
+                    }
+                    mont_fft_1d(&f, col, inverse);
+                    for (size_t y = 0; y < n; y++) {
+                        ref[2 * (y * m + x)] = col[2 * y];
+                        ref[2 * (y * m + x) + 1] = col[2 * y + 1];
+                    }
+                }
+                mont_fft_cols(&f, g, m, inverse);
+                assert_memory_equal(g, ref, 2 * n * m * sizeof(*g));
+                free(col);
+                free(ref);
+                free(g);
+                mont_fft_dispose(&f);
+            }
+}
+
 /* ---- registration of constructed pairs ---------------------------------- */
+
+/* Reference model: NCC of a and b with b's top-left at (dx, dy), means
+ * first, in doubles. */
+static double naive_ncc(const cnx_montage_tile *a, const cnx_montage_tile *b,
+                        int64_t dx, int64_t dy)
+{
+    const int64_t x0 = dx > 0 ? dx : 0, y0 = dy > 0 ? dy : 0;
+    const int64_t x1 = a->width < dx + b->width ? a->width : dx + b->width;
+    const int64_t y1 = a->height < dy + b->height ? a->height : dy + b->height;
+    double ma = 0, mb = 0, sab = 0, saa = 0, sbb = 0, n;
+    n = (double)((x1 - x0) * (y1 - y0));
+    for (int64_t y = y0; y < y1; y++)
+        for (int64_t x = x0; x < x1; x++) {
+            ma += a->pixels[y * a->width + x];
+            mb += b->pixels[(y - dy) * b->width + x - dx];
+        }
+    ma /= n;
+    mb /= n;
+    for (int64_t y = y0; y < y1; y++)
+        for (int64_t x = x0; x < x1; x++) {
+            const double u = a->pixels[y * a->width + x] - ma;
+            const double v = b->pixels[(y - dy) * b->width + x - dx] - mb;
+            sab += u * v;
+            saa += u * u;
+            sbb += v * v;
+        }
+    return sab / sqrt(saa * sbb);
+}
+
+/* The refined NCC is the NCC of the pixels at the integer offset found,
+ * and no 8-neighbour within search beats it: odd widths (the vector cross
+ * sums' tails), noise so that the NCC stays under 1, both tile orders. */
+static void test_montage__register_pair_refined_ncc_is_direct(void **state)
+{
+    enum { W = 53, H = 41, BIG = 200 };
+    uint8_t *img = malloc(BIG * BIG), *pa = malloc(W * H), *pb = malloc(W * H);
+    uint64_t seed = 9;
+    cnx_montage_params p;
+    (void)state;
+    assert_true(img && pa && pb);
+    for (int y = 0; y < BIG; y++)
+        for (int x = 0; x < BIG; x++) {
+            uint64_t s = (uint64_t)((y / 2) * 1000 + x / 2) * 104729 + 5;
+            img[y * BIG + x] = (uint8_t)(cnx_test_rand(&s) % 180 + 30);
+        }
+    /* b 35 px right of and 4 px below a, with noise of +-12 */
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) {
+            const int v = img[(34 + y) * BIG + 65 + x] +
+                          (int)(cnx_test_rand(&seed) % 25) - 12;
+            pa[y * W + x] = img[(30 + y) * BIG + 30 + x];
+            pb[y * W + x] = (uint8_t)v;
+        }
+    cnx_montage_params_default(&p);
+    for (int64_t search = 6; search <= 20; search += 14)
+        for (int swap = 0; swap <= 1; swap++) {
+            const cnx_montage_tile ta = {"a", 0, 0, W, H, pa};
+            const cnx_montage_tile tb = {"b", 35 - 3, 4 + 2, W, H, pb};
+            cnx_montage_tile a = ta, b = tb;
+            cnx_montage_pair q;
+            int64_t ix, iy;
+            if (swap) {
+                a = (cnx_montage_tile){"b", 0, 0, W, H, pb};
+                b = (cnx_montage_tile){"a", -(35 - 3), -(4 + 2), W, H, pa};
+            }
+            p.search = search;
+            assert_int_equal(cnx_montage_register_pair(&a, &b, &p, &q), 0);
+            ix = (int64_t)floor(q.dx + 0.5);
+            iy = (int64_t)floor(q.dy + 0.5);
+            assert_int_equal(ix, swap ? -35 : 35);
+            assert_int_equal(iy, swap ? -4 : 4);
+            assert_true(q.ncc > 0.8 && q.ncc < 0.999);
+            assert_true(fabs(q.ncc - naive_ncc(&a, &b, ix, iy)) < 1e-9);
+            for (int j = -1; j <= 1; j++)
+                for (int i = -1; i <= 1; i++)
+                    if (i != 0 || j != 0)
+                        assert_true(naive_ncc(&a, &b, ix + i, iy + j) < q.ncc);
+        }
+    free(img);
+    free(pa);
+    free(pb);
+}
 
 static void test_montage__register_pair_known_offset(void **state)
 {
@@ -551,6 +677,8 @@ int main(void)
         cmocka_unit_test(test_montage__parse_refuses_bad_values),
         cmocka_unit_test(test_montage__refuses_bad_input),
         cmocka_unit_test(test_montage__fft_matches_naive_dft),
+        cmocka_unit_test(test_montage__fft_cols_same_bits_as_1d),
+        cmocka_unit_test(test_montage__register_pair_refined_ncc_is_direct),
         cmocka_unit_test(test_montage__register_pair_known_offset),
         cmocka_unit_test(test_montage__synth_sections_land_on_truth),
         cmocka_unit_test(test_montage__render_matches_true_section),

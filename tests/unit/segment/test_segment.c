@@ -23,15 +23,21 @@
  * membrane filter finds a dark line. A 96^3 cnx-synth volume must score VI
  * split and merge under 0.3 each, and an interior chunk segmented with
  * cnx_segment_halo's context must partition its voxels as the whole
- * volume does, up to a small measured fraction.
+ * volume does, up to a small measured fraction. The graph agglomeration
+ * (seg__agglomerate_graph: merges through an edge table, a merge costing
+ * the absorbed region's degree) takes, on random graphs with hubs, the
+ * decisions of a plain reference written from the rules of cnx/segment.h
+ * (steps 4 and 5: lowest (value, pair) first, combined sums, the lower id
+ * kept; cleanup smallest first along the lowest (value, neighbour)).
  */
 #include <math.h>
 
 #include "cnx/error.h"
 #include "cnx/metrics.h"
-#include "cnx/segment.h"
+#include "cnx/segment_io.h"
 #include "cnx/synth.h"
 #include "cnx_test.h"
+#include "kernels/segment_int.h"
 
 /* A boundary volume under construction. */
 typedef struct vol {
@@ -1609,6 +1615,146 @@ static void test_segment__nodata_zero_is_boundary(void **state)
     free(with);
 }
 
+/* ---- graph agglomeration against a reference ----------------------------- */
+
+/* The reference: a dense matrix of (sum, count) between current regions,
+ * every step a full scan. O(n^3), for small n. */
+typedef struct ref_graph {
+    uint32_t n;
+    uint64_t *sum, *cnt; /* n x n, 1-based ids stored at [(a-1)*n + b-1] */
+    uint64_t *size;
+    uint32_t *parent; /* 1-based */
+} ref_graph;
+
+static uint64_t *ref_at(const ref_graph *g, uint64_t *m, uint32_t a,
+                        uint32_t b)
+{
+    return &m[(size_t)(a - 1) * g->n + (b - 1)];
+}
+
+/* Merge b into a (a < b): combine b's row into a's. */
+static void ref_merge(ref_graph *g, uint32_t a, uint32_t b)
+{
+    for (uint32_t o = 1; o <= g->n; o++) {
+        uint64_t s, c;
+        if (o == a || o == b || *ref_at(g, g->cnt, b, o) == 0)
+            continue;
+        s = *ref_at(g, g->sum, b, o);
+        c = *ref_at(g, g->cnt, b, o);
+        *ref_at(g, g->sum, a, o) += s;
+        *ref_at(g, g->cnt, a, o) += c;
+        *ref_at(g, g->sum, o, a) += s;
+        *ref_at(g, g->cnt, o, a) += c;
+    }
+    for (uint32_t o = 1; o <= g->n; o++) {
+        *ref_at(g, g->sum, b, o) = *ref_at(g, g->cnt, b, o) = 0;
+        *ref_at(g, g->sum, o, b) = *ref_at(g, g->cnt, o, b) = 0;
+    }
+    for (uint32_t i = 1; i <= g->n; i++)
+        if (g->parent[i - 1] == b)
+            g->parent[i - 1] = a;
+    g->size[a - 1] += g->size[b - 1];
+    g->size[b - 1] = 0;
+}
+
+static void ref_agglomerate(ref_graph *g, uint64_t level, uint64_t min_size)
+{
+    for (;;) { /* step 4 */
+        uint32_t ba = 0, bb = 0;
+        uint64_t bv = 0;
+        for (uint32_t a = 1; a <= g->n; a++)
+            for (uint32_t b = a + 1; b <= g->n; b++) {
+                uint64_t c = *ref_at(g, g->cnt, a, b), v;
+                if (c == 0)
+                    continue;
+                v = cnx_segment_edge_value(*ref_at(g, g->sum, a, b), c);
+                if (v < level && (ba == 0 || v < bv)) /* raster: ties lower */
+                    ba = a, bb = b, bv = v;
+            }
+        if (ba == 0)
+            break;
+        ref_merge(g, ba, bb);
+    }
+    for (;;) { /* step 5 */
+        uint32_t node = 0, best = 0;
+        uint64_t bv = 0;
+        for (uint32_t i = 1; i <= g->n; i++) {
+            int has = 0;
+            if (g->parent[i - 1] != i || g->size[i - 1] >= min_size)
+                continue;
+            for (uint32_t o = 1; o <= g->n && !has; o++)
+                has = o != i && *ref_at(g, g->cnt, i, o) != 0;
+            if (has && (node == 0 || g->size[i - 1] < g->size[node - 1]))
+                node = i;
+        }
+        if (node == 0)
+            break;
+        for (uint32_t o = 1; o <= g->n; o++) {
+            uint64_t c = *ref_at(g, g->cnt, node, o), v;
+            if (o == node || c == 0)
+                continue;
+            v = cnx_segment_edge_value(*ref_at(g, g->sum, node, o), c);
+            if (best == 0 || v < bv)
+                best = o, bv = v;
+        }
+        ref_merge(g, node < best ? node : best, node < best ? best : node);
+    }
+}
+
+static void test_segment__agglomerate_graph_matches_reference(void **state)
+{
+    uint64_t rng = 12345;
+    (void)state;
+    for (int trial = 0; trial < 60; trial++) {
+        const uint32_t n = 20 + (uint32_t)(trial % 7) * 13;
+        ref_graph g = {n, calloc((size_t)n * n, 8), calloc((size_t)n * n, 8),
+                       calloc(n, 8), calloc(n, 4)};
+        seg_graph_edge *e = calloc((size_t)n * n, sizeof(*e));
+        uint64_t *sizes = calloc(n, 8);
+        uint32_t *parent = calloc(n, 4);
+        const uint32_t hub = 1 + (uint32_t)(trial * 7) % n;
+        const uint64_t level = (uint64_t)(40 + trial % 5 * 40) * 65536;
+        const uint64_t min_size = trial % 3 == 0 ? 1 : 30;
+        size_t ne = 0;
+        assert_true(g.sum && g.cnt && g.size && g.parent && e && sizes &&
+                    parent);
+        for (uint32_t i = 0; i < n; i++) {
+            rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            sizes[i] = g.size[i] = 1 + (rng >> 33) % 60;
+            g.parent[i] = i + 1;
+        }
+        for (uint32_t a = 1; a <= n; a++)
+            for (uint32_t b = a + 1; b <= n; b++) {
+                /* sparse, but the hub touches nearly every node; values
+                 * from few levels, so that ties are common */
+                rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+                if ((rng >> 40) % 100 >= (a == hub || b == hub ? 90u : 12u))
+                    continue;
+                e[ne].a = a;
+                e[ne].b = b;
+                e[ne].count = 1 + (rng >> 20) % 4;
+                e[ne].sum = e[ne].count * (20 * ((rng >> 10) % 12));
+                *ref_at(&g, g.sum, a, b) = *ref_at(&g, g.sum, b, a) = e[ne].sum;
+                *ref_at(&g, g.cnt, a, b) = *ref_at(&g, g.cnt, b, a) =
+                    e[ne].count;
+                ne++;
+            }
+        assert_int_equal(seg__agglomerate_graph(n, sizes, e, ne, level,
+                                                min_size, parent),
+                         0);
+        ref_agglomerate(&g, level, min_size);
+        for (uint32_t i = 0; i < n; i++)
+            assert_int_equal(parent[i], g.parent[i] - 1);
+        free(g.sum);
+        free(g.cnt);
+        free(g.size);
+        free(g.parent);
+        free(e);
+        free(sizes);
+        free(parent);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1638,6 +1784,7 @@ int main(void)
         cmocka_unit_test(test_segment__membrane_filter_finds_dark_line),
         cmocka_unit_test(test_segment__synth_volume_scores),
         cmocka_unit_test(test_segment__chunk_with_halo_matches_whole),
+        cmocka_unit_test(test_segment__agglomerate_graph_matches_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
