@@ -3,6 +3,8 @@
  * and openssl, and how many no-op tasks two workers finish per second.
  *
  *   bench_runtime [--tasks N] [--workers N] [--repeat N]
+ *                 [--prefetch-tasks N] [--rounds N] [--kernel-ms MS]
+ *                 [--parts MASK]
  *
  * Part 1, per-task overhead of the runtime, each step timed alone (medians):
  * a Kafka round trip (produce + broker acknowledgement) as the runtime does
@@ -16,6 +18,15 @@
  * with --worker, a no-op stage that copies its chunk), tasks on 128^3 uint8
  * chunks published at once; tasks/s from the first start to the last
  * success (target >= 60 with 2 workers on 2 cores).
+ * Part 3, prefetch (worker --prefetch): one worker, its source layer on an
+ * S3 server (s3rver on loopback, tests/support/s3rver.sh; skipped when it
+ * cannot start), a fresh read cache per run, a kernel that takes
+ * --kernel-ms (the worker's --slow-ms) before it copies its chunk; runs
+ * with --prefetch 0 and 1 alternate, --rounds times each. Per mode, the
+ * medians over rounds of tasks/s and of the fraction of the wall time
+ * (first `started` event to last `succeeded`, as this program receives
+ * them) the worker spent reading inputs (the sum of the events' read_s),
+ * and the on/off ratio.
  */
 #define _GNU_SOURCE /* memmem */
 #include <inttypes.h>
@@ -348,9 +359,235 @@ static void part2(const char *self, const char *boot, const char *dir,
     free(tasks);
 }
 
+/* ---- part 3 ------------------------------------------------------------ */
+
+/* The workers' key (part 2 writes it too), DIR/keys/cnx.key. */
+static void make_key(const char *dir)
+{
+    char keydir[600];
+    cnx_key *key;
+    snprintf(keydir, sizeof(keydir), "%s/keys", dir);
+    if (cnx_key_generate(&key) != 0 || cnx_key_write(key, keydir) != 0)
+        die("key");
+    cnx_key_free(key);
+}
+
+static int run_cmd(const char *cmd)
+{
+    int rc = system(cmd);
+    return rc == 0 ? 0 : -1;
+}
+
+/* One run of part 3: a fresh output layer, request and cache; one worker
+ * with --prefetch mode. Sets tasks/s and the storage-wait fraction. */
+static int prefetch_run(const char *self, const char *boot, const char *dir,
+                        const char *src, const cnx_layer_info *info,
+                        const char *keypath, cnx_consumer *cons, int round,
+                        int mode, int kernel_ms, double *tps, double *wait)
+{
+    char dst[600], cache[600], request[64], kms[16], pmode[4];
+    char inst[32], want_req[96];
+    cnx_layer *layer;
+    cnx_submit_opts o;
+    cnx_kafka_opts k = {boot, NULL, "bench", 0};
+    cnx_producer *prod;
+    char **tasks;
+    size_t n, done = 0;
+    double read_sum = 0, t0, last, until;
+    pid_t pid;
+
+    snprintf(dst, sizeof(dst), "file://%s/pf-%d-%d", dir, round, mode);
+    snprintf(cache, sizeof(cache), "%s/cache-%d-%d", dir, round, mode);
+    snprintf(request, sizeof(request), "bench-pf-%d-%d", round, mode);
+    snprintf(want_req, sizeof(want_req), "\"request\":\"%s\"", request);
+    snprintf(kms, sizeof(kms), "%d", kernel_ms);
+    snprintf(pmode, sizeof(pmode), "%d", mode);
+    /* One static member id for every run: each run's worker takes the
+     * place of the last at once, without a session timeout's wait. */
+    snprintf(inst, sizeof(inst), "bench-pf");
+    if (cnx_layer_create(&layer, dst, info) != 0)
+        die("prefetch output layer");
+    cnx_layer_free(layer);
+    memset(&o, 0, sizeof(o));
+    o.stage = "noop";
+    o.kernel_version = 1;
+    o.input_role = "source";
+    o.layer = src;
+    o.output_layer = dst;
+    o.output_scale = info->scales[0].key;
+    o.request = request;
+    o.deadline = "2030-01-01T00:00:00Z";
+    o.retry_budget = 3;
+    if (cnx_submit_plan(&o, &tasks, &n) != 0)
+        die("prefetch plan");
+    pid = fork();
+    if (pid == 0) {
+        execl(self, self, "--worker", "--brokers", boot, "--key", keypath,
+              "--instance", inst, "--group", "bench-pf", "--allow-dirty",
+              "--session-timeout-ms", "6000",
+              "--quiet", "--cache", cache, "--slow-ms", kms, "--prefetch",
+              pmode, (char *)NULL);
+        _exit(127);
+    }
+    sleep(3); /* let the group form before the clock starts */
+    if (cnx_producer_new(&prod, &k) != 0)
+        die("producer");
+    for (size_t i = 0; i < n; i++)
+        if (cnx_producer_send(prod, "cnx.tasks.noop", NULL, tasks[i],
+                              strlen(tasks[i]), NULL, 0) != 0)
+            die("send");
+    cnx_producer_flush(prod, 30000);
+    /* The clock runs from the first `started` event of this run (the
+     * worker's group join, which varies, is left out) to the last
+     * `succeeded`. */
+    t0 = 0;
+    last = 0;
+    until = cnx_now() + 300;
+    while (done < n && cnx_now() < until) {
+        cnx_message *m = NULL;
+        cnx_consumer_poll(cons, 200, &m);
+        if (m == NULL)
+            continue;
+        if (m->value == NULL ||
+            memmem(m->value, m->len, want_req, strlen(want_req)) == NULL) {
+            cnx_message_free(m);
+            continue;
+        }
+        if (t0 == 0 &&
+            memmem(m->value, m->len, "\"type\":\"started\"", 16) != NULL)
+            t0 = cnx_now();
+        if (memmem(m->value, m->len, "\"type\":\"succeeded\"", 18) != NULL) {
+            const char *tr = memmem(m->value, m->len, "\"read_s\":", 9);
+            if (tr != NULL)
+                read_sum += strtod(tr + 9, NULL);
+            done++;
+            last = cnx_now();
+        }
+        cnx_message_free(m);
+    }
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    cnx_producer_free(prod);
+    for (size_t i = 0; i < n; i++)
+        free(tasks[i]);
+    free(tasks);
+    if (done < n) {
+        fprintf(stderr, "bench_runtime: prefetch %d: %zu of %zu tasks done\n",
+                mode, done, n);
+        return -1;
+    }
+    *tps = t0 > 0 && last > t0 ? (double)done / (last - t0) : 0;
+    *wait = t0 > 0 && last > t0 ? read_sum / (last - t0) : 0;
+    return 0;
+}
+
+static void part3(const char *self, const char *boot, const char *dir,
+                  int ntasks, int rounds, int kernel_ms)
+{
+    const int64_t chunk[3] = {128, 128, 128};
+    int64_t size[3] = {128 * (int64_t)ntasks, 128, 128};
+    const double res[3] = {8, 8, 8};
+    char script[512], srv[600], cmd[2048], endpoint[256] = "", src[600];
+    char keypath[700];
+    double tps[2][16], wait[2][16];
+    cnx_layer_info info;
+    cnx_layer *layer;
+    cnx_volume *v;
+    cnx_consumer *cons = NULL; /* left to the process exit, as in part 2 */
+    FILE *f;
+    int ok = 1;
+
+    printf("prefetch: 1 worker, %d tasks of one 128^3 uint8 chunk read from "
+           "s3rver, kernel %d ms, fresh cache per run, %d rounds\n",
+           ntasks, kernel_ms, rounds);
+    bench_peer_path(script, sizeof(script), "../tests/support/s3rver.sh");
+    snprintf(srv, sizeof(srv), "%s/s3rver", dir);
+    snprintf(cmd, sizeof(cmd), "bash '%s' start '%s' cnx-bench >'%s.log' 2>&1",
+             script, srv, srv);
+    if (access(script, R_OK) != 0 || run_cmd(cmd) != 0) {
+        printf("  skipped: s3rver did not start (%s.log)\n", srv);
+        return;
+    }
+    snprintf(cmd, sizeof(cmd), "%s/endpoint", srv);
+    f = fopen(cmd, "r");
+    if (f == NULL || fgets(endpoint, sizeof(endpoint), f) == NULL)
+        ok = 0;
+    if (f != NULL)
+        fclose(f);
+    endpoint[strcspn(endpoint, "\r\n")] = '\0';
+    /* s3rver's account; the forked workers inherit these. */
+    setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "S3RVER", 1);
+    setenv("AWS_REGION", "us-east-1", 1);
+    setenv("AWS_ENDPOINT_URL", endpoint, 1);
+    setenv("AWS_CONFIG_FILE", "/dev/null", 1);
+    setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null", 1);
+    unsetenv("CNX_CACHE_DIR");
+    snprintf(src, sizeof(src), "s3://cnx-bench/src");
+    snprintf(keypath, sizeof(keypath), "%s/keys/cnx.key", dir);
+    cnx_info_init(&info, CNX_LAYER_IMAGE, CNX_DT_UINT8, size, res, chunk);
+    if (ok) {
+        cnx_box all = cnx_box_make(0, 0, 0, size[0], size[1], size[2]);
+        if (cnx_layer_create(&layer, src, &info) != 0 ||
+            cnx_volume_new(&v, CNX_DT_UINT8, &all, 1) != 0)
+            die("s3 source layer");
+        for (size_t i = 0; i < cnx_volume_bytes(v); i++)
+            ((uint8_t *)v->data)[i] = (uint8_t)(i * 2654435761u >> 24);
+        if (cnx_layer_write(layer, 0, v, NULL) != 0)
+            die("s3 source layer");
+        cnx_volume_free(v);
+        cnx_layer_free(layer);
+    }
+    /* The event reader joins once, before any run, so that it sees each
+     * event as it comes. */
+    if (ok) {
+        cnx_kafka_opts k = {boot, NULL, "bench", 0};
+        const char *topics[] = {"cnx.events"};
+        double until = cnx_now() + 60;
+        if (cnx_consumer_new(&cons, &k, "bench-pf-events", NULL, topics, 1,
+                             0) != 0)
+            die("events consumer");
+        while (cnx_consumer_assignment_count(cons) <= 0 &&
+               cnx_now() < until) {
+            cnx_message *m = NULL;
+            cnx_consumer_poll(cons, 200, &m);
+            cnx_message_free(m);
+        }
+    }
+    for (int r = 0; ok && r < rounds; r++)
+        for (int m = 0; ok && m < 2; m++) {
+            /* Alternate which mode goes first, so that drift on a shared
+             * machine falls on both. */
+            int mode = (r % 2 == 0) ? m : 1 - m;
+            if (prefetch_run(self, boot, dir, src, &info, keypath, cons, r,
+                             mode, kernel_ms, &tps[mode][r],
+                             &wait[mode][r]) != 0)
+                ok = 0;
+            else
+                printf("  round %d --prefetch %d: %6.1f tasks/s, waiting "
+                       "on storage %5.1f %% of the wall time\n",
+                       r, mode, tps[mode][r], 100 * wait[mode][r]);
+        }
+    if (ok) {
+        double t0 = bench_median(tps[0], rounds);
+        double t1 = bench_median(tps[1], rounds);
+        double w0 = bench_median(wait[0], rounds);
+        double w1 = bench_median(wait[1], rounds);
+        printf("  medians: --prefetch 0 %6.1f tasks/s, waiting %5.1f %%; "
+               "--prefetch 1 %6.1f tasks/s, waiting %5.1f %%; "
+               "on/off tasks/s x%.2f\n",
+               t0, 100 * w0, t1, 100 * w1, t0 > 0 ? t1 / t0 : 0.0);
+    }
+    snprintf(cmd, sizeof(cmd), "bash '%s' stop '%s' >/dev/null 2>&1", script,
+             srv);
+    if (run_cmd(cmd) != 0)
+        fprintf(stderr, "bench_runtime: stopping s3rver failed\n");
+}
+
 int main(int argc, char **argv)
 {
     int ntasks = 240, nworkers = 2, repeat = 101;
+    int pf_tasks = 40, pf_rounds = 3, kernel_ms = 40, parts = 7;
     char dir[] = "/tmp/cnx-bench-runtime-XXXXXX", cmd[128];
     cnx_broker *broker;
 
@@ -365,15 +602,39 @@ int main(int argc, char **argv)
             nworkers = (int)strtol(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc)
             repeat = (int)strtol(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--prefetch-tasks") == 0 && i + 1 < argc)
+            pf_tasks = (int)strtol(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+            pf_rounds = (int)strtol(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--kernel-ms") == 0 && i + 1 < argc)
+            kernel_ms = (int)strtol(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--parts") == 0 && i + 1 < argc)
+            parts = (int)strtol(argv[++i], NULL, 10);
         else {
             printf("usage: bench_runtime [--tasks N] [--workers N] "
-                   "[--repeat N]\n");
+                   "[--repeat N]\n"
+                   "                     [--prefetch-tasks N] [--rounds N] "
+                   "[--kernel-ms MS] [--parts MASK]\n"
+                   "  --tasks, --workers   part 2 (default 240 tasks, 2 "
+                   "workers)\n"
+                   "  --repeat N           part 1 samples (default 101)\n"
+                   "  --prefetch-tasks N   part 3: tasks per run (default "
+                   "40)\n"
+                   "  --rounds N           part 3: runs per mode (default "
+                   "3)\n"
+                   "  --kernel-ms MS       part 3: kernel time per task "
+                   "(default 40)\n"
+                   "  --parts MASK         1: part 1, 2: part 2, 4: part 3 "
+                   "(default 7)\n");
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
     }
     if (ntasks < 1 || ntasks > 4096 || nworkers < 1 || nworkers > 16 ||
-        repeat < 3 || repeat > 256) {
-        fprintf(stderr, "bench_runtime: bad --tasks/--workers/--repeat\n");
+        repeat < 3 || repeat > 256 || pf_tasks < 2 || pf_tasks > 1024 ||
+        pf_rounds < 1 || pf_rounds > 16 || kernel_ms < 0 ||
+        kernel_ms > 60000 || parts < 1 || parts > 7) {
+        fprintf(stderr, "bench_runtime: bad --tasks/--workers/--repeat/"
+                "--prefetch-tasks/--rounds/--kernel-ms/--parts\n");
         return 2;
     }
     cnx_log_set_level(CNX_LOG_WARN);
@@ -382,8 +643,16 @@ int main(int argc, char **argv)
         cnx_broker_new(&broker, 1, 4, "noop,downsample") != 0)
         die("broker");
     printf("bench_runtime: %s\n", cnx_build_describe());
-    part1(cnx_broker_bootstraps(broker), dir, repeat);
-    part2(argv[0], cnx_broker_bootstraps(broker), dir, ntasks, nworkers);
+    if (parts & 1)
+        part1(cnx_broker_bootstraps(broker), dir, repeat);
+    if (parts & 2)
+        part2(argv[0], cnx_broker_bootstraps(broker), dir, ntasks, nworkers);
+    if (parts & 4) {
+        if (!(parts & 2))
+            make_key(dir);
+        part3(argv[0], cnx_broker_bootstraps(broker), dir, pf_tasks,
+              pf_rounds, kernel_ms);
+    }
     /* The broker goes with the process, after the event reader above. */
     (void)broker;
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);

@@ -366,6 +366,14 @@ void cnx__cache_put(const char *digest, const uint8_t *data, size_t len)
     }
 }
 
+uint64_t cnx__cache_bound(void)
+{
+    char dir[PATH_MAX];
+    uint64_t max;
+    cache_settings(dir, sizeof(dir), &max);
+    return dir[0] == '\0' ? 0 : max;
+}
+
 void cnx__store_count_refetch(void)
 {
     atomic_fetch_add(&st_refetches, 1);

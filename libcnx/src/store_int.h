@@ -76,6 +76,8 @@ int cnx__store_writes_abandoned(void);
 int cnx__cache_get(const char *digest, size_t max_len, uint8_t **data,
                    size_t *len);
 void cnx__cache_put(const char *digest, const uint8_t *data, size_t len);
+/* The cache's bound in bytes, or 0 when no cache is configured. */
+uint64_t cnx__cache_bound(void);
 void cnx__store_count_refetch(void);
 
 /* Counters of the HTTP transport (http.c). */

@@ -14,6 +14,13 @@
  * deterministic, so doing it again is harmless). On SIGTERM: no new task;
  * the current one is finished if it completes within the grace period, else
  * its in-flight writes are abandoned and the process exits uncommitted.
+ * Prefetch (--prefetch, on by default): while a kernel runs, a thread of
+ * its own reads the remote inputs of the message that would be taken next
+ * from the pending queue into the verified read cache. It never takes,
+ * starts, commits or acknowledges that message: the message stays queued
+ * (or, if the process dies, uncommitted, so it is delivered again), and
+ * the bytes it fetched reach a kernel only through a verified read of the
+ * cache. One task ahead at most, a few objects in memory at a time.
  */
 #include "cnx/worker.h"
 
@@ -35,6 +42,7 @@
 #include "cnx/store.h"
 #include "cnx/log.h"
 #include "json_int.h"
+#include "store_int.h"
 #include "worker_int.h"
 
 #define PENDING_MAX 64
@@ -49,6 +57,29 @@ static void on_signal(int sig)
     (void)sig;
     stop_signal = 1;
 }
+
+/* Prefetch bounds: objects read at once (each at most PREFETCH_OBJECT_MAX
+ * bytes, so at most PREFETCH_BATCH * PREFETCH_OBJECT_MAX bytes in memory;
+ * a larger object is left to its task), and the bytes of one task fetched
+ * ahead at most: a quarter of the cache's bound, so that warming the next
+ * task never evicts much of the current one's inputs. */
+#define PREFETCH_BATCH 4
+#define PREFETCH_OBJECT_MAX ((size_t)64 << 20)
+#define PREFETCH_STOP_WAIT_S 2.0
+
+/* The prefetch thread and its one slot. Lock order: only lock. */
+typedef struct prefetcher {
+    pthread_t thread;
+    int running;          /* the thread exists (main thread only) */
+    pthread_mutex_t lock; /* guards task, busy, quit */
+    pthread_cond_t wake;  /* task posted or quit */
+    pthread_cond_t idle;  /* busy back to 0 */
+    cnx_task *task;       /* posted, not yet taken; owned */
+    int busy;             /* a task is being fetched */
+    int quit;
+    atomic_int cancel;    /* stop the current fetch between batches */
+    uint64_t cap;         /* bytes per task */
+} prefetcher;
 
 typedef struct worker {
     const cnx_stage *stage;
@@ -67,6 +98,7 @@ typedef struct worker {
     int64_t done;
     char broker_lost[512]; /* set when the broker stayed unreachable past
                             * --broker-timeout: exit 1 with this line */
+    prefetcher pf;
 } worker;
 
 /* The kernel thread's job. */
@@ -673,6 +705,222 @@ static double retry_backoff(int n)
     return b < RETRY_BACKOFF_MAX_S ? b : RETRY_BACKOFF_MAX_S;
 }
 
+/* ---- prefetch ---------------------------------------------------------- */
+
+/* Index in the pending queue of the message the loop takes next (urgent
+ * before bulk, each in arrival order), or -1 when none waits. */
+static int next_pending(const worker *w)
+{
+    for (int want = 0; want < 2; want++)
+        for (int i = 0; i < w->npending; i++)
+            if (w->pending_lane[i] == want)
+                return i;
+    return -1;
+}
+
+/*
+ * Read the remote inputs of task through the verified read path, which
+ * checks every object against the digest the task names and files only
+ * matching bytes in the cache; the bytes themselves are dropped. Stops at
+ * the first failure (the task meets it again when it runs, and handles it
+ * as usual), on cancel, or past the byte cap. Prefetch thread.
+ */
+static void prefetch_task(prefetcher *p, const cnx_task *task)
+{
+    uint64_t bytes = 0;
+    size_t objects = 0;
+    double t0 = cnx_now();
+    int rc = 0, stopped = 0;
+
+    cnx_error_clear();
+    for (size_t i = 0; i < task->ninputs && rc == 0 && !stopped; i++) {
+        const cnx_task_input *in = &task->inputs[i];
+        cnx_store *store = NULL;
+        rc = cnx_store_open(&store, in->layer);
+        if (rc != 0)
+            break;
+        if (!cnx_store_is_remote(store)) { /* nothing to gain */
+            cnx_store_free(store);
+            continue;
+        }
+        for (size_t k = 0; k < in->nobjects && rc == 0; k += PREFETCH_BATCH) {
+            cnx_store_get_req reqs[PREFETCH_BATCH];
+            size_t n = in->nobjects - k;
+            if (n > PREFETCH_BATCH)
+                n = PREFETCH_BATCH;
+            if (atomic_load(&p->cancel) || bytes >= p->cap) {
+                stopped = 1;
+                break;
+            }
+            memset(reqs, 0, sizeof(reqs));
+            for (size_t j = 0; j < n; j++) {
+                reqs[j].name = in->objects[k + j].name;
+                reqs[j].expected = in->objects[k + j].digest;
+            }
+            rc = cnx_store_get_many(store, reqs, n, PREFETCH_OBJECT_MAX);
+            for (size_t j = 0; j < n; j++) {
+                if (reqs[j].rc == 0) {
+                    bytes += reqs[j].len;
+                    objects++;
+                }
+                free(reqs[j].data);
+            }
+        }
+        cnx_store_free(store);
+    }
+    if (rc != 0)
+        CNX_WARN("worker", "prefetch of task %s stopped after %zu "
+                 "object(s), left to the task: %s", task->key, objects,
+                 cnx_error_last()->message);
+    else
+        CNX_INFO("worker", "prefetched task %s: %zu object(s), %.1f MB in "
+                 "%.2f s%s", task->key, objects, (double)bytes / 1e6,
+                 cnx_now() - t0, stopped ? " (stopped early)" : "");
+    cnx_error_clear();
+}
+
+static void *prefetch_main(void *arg)
+{
+    prefetcher *p = arg;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        cnx_task *task;
+        while (p->task == NULL && !p->quit)
+            pthread_cond_wait(&p->wake, &p->lock);
+        if (p->quit)
+            break;
+        task = p->task;
+        p->task = NULL;
+        p->busy = 1;
+        pthread_mutex_unlock(&p->lock);
+        prefetch_task(p, task);
+        cnx_task_free(task);
+        pthread_mutex_lock(&p->lock);
+        p->busy = 0;
+        pthread_cond_broadcast(&p->idle);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+/* Start the prefetch thread when --prefetch asks for it and there is a
+ * cache to warm. A failure only leaves prefetch off. */
+static void prefetch_start(worker *w)
+{
+    prefetcher *p = &w->pf;
+    uint64_t bound = cnx__cache_bound();
+    if (!w->opts->prefetch)
+        return;
+    if (bound == 0) {
+        CNX_INFO("worker", "prefetch off: no read cache (--cache or "
+                 "CNX_CACHE_DIR) to fetch the next task's inputs into");
+        return;
+    }
+    p->cap = bound / 4;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->idle, NULL);
+    atomic_store(&p->cancel, 0);
+    if (pthread_create(&p->thread, NULL, prefetch_main, p) != 0) {
+        CNX_WARN("worker", "prefetch off: cannot start its thread");
+        pthread_cond_destroy(&p->idle);
+        pthread_cond_destroy(&p->wake);
+        pthread_mutex_destroy(&p->lock);
+        return;
+    }
+    p->running = 1;
+}
+
+/* Drop a posted task and stop the fetch under way at its next batch: the
+ * loop is about to take a task, which reads its own inputs. */
+static void prefetch_cancel(worker *w)
+{
+    prefetcher *p = &w->pf;
+    if (!p->running)
+        return;
+    pthread_mutex_lock(&p->lock);
+    atomic_store(&p->cancel, 1);
+    cnx_task_free(p->task);
+    p->task = NULL;
+    pthread_mutex_unlock(&p->lock);
+}
+
+/*
+ * While a kernel runs: hand the task of the message the loop would take
+ * next to the prefetch thread, if it is idle. The message stays where it
+ * is, in the pending queue, untouched: it is not taken, started or
+ * committed here. A message the loop would refuse (too big, not the
+ * controller's, another stage or kernel version, unparseable) is not
+ * prefetched. @return 1 once a task was handed over, else 0 (try again at
+ * the next poll).
+ */
+static int prefetch_next(worker *w)
+{
+    prefetcher *p = &w->pf;
+    const cnx_message *msg;
+    cnx_task *task = NULL;
+    int i = next_pending(w), busy;
+
+    if (!p->running || i < 0)
+        return 0;
+    pthread_mutex_lock(&p->lock);
+    busy = p->busy || p->task != NULL;
+    pthread_mutex_unlock(&p->lock);
+    if (busy)
+        return 0;
+    msg = w->pending[i];
+    if (msg->value == NULL || msg->len > CNX_JSON_MAX ||
+        (w->controller != NULL &&
+         cnx_msg_verify(msg, &w->controller, 1, NULL) != 0) ||
+        cnx_task_parse(&task, msg->value, msg->len) != 0 ||
+        strcmp(task->stage, w->stage->name) != 0 ||
+        task->kernel_version != w->stage->kernel_version) {
+        cnx_task_free(task);
+        cnx_error_clear();
+        return 1; /* nothing to fetch for this one */
+    }
+    cnx_error_clear();
+    pthread_mutex_lock(&p->lock);
+    atomic_store(&p->cancel, 0);
+    p->task = task;
+    pthread_cond_signal(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    return 1;
+}
+
+/* Stop the prefetch thread. @return 0 once it has ended; -1 when it is
+ * still inside a read after PREFETCH_STOP_WAIT_S (it holds nothing
+ * durable: the caller leaves with _exit rather than wait for it). */
+static int prefetch_stop(worker *w)
+{
+    prefetcher *p = &w->pf;
+    struct timespec ts;
+    int ended;
+    if (!p->running)
+        return 0;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)PREFETCH_STOP_WAIT_S;
+    pthread_mutex_lock(&p->lock);
+    p->quit = 1;
+    atomic_store(&p->cancel, 1);
+    cnx_task_free(p->task);
+    p->task = NULL;
+    pthread_cond_signal(&p->wake);
+    while (p->busy)
+        if (pthread_cond_timedwait(&p->idle, &p->lock, &ts) != 0)
+            break;
+    ended = !p->busy;
+    pthread_mutex_unlock(&p->lock);
+    if (!ended)
+        return -1;
+    pthread_join(p->thread, NULL);
+    p->running = 0;
+    pthread_cond_destroy(&p->idle);
+    pthread_cond_destroy(&p->wake);
+    pthread_mutex_destroy(&p->lock);
+    return 0;
+}
+
 /* ---- one task ---------------------------------------------------------- */
 
 enum outcome { DONE = 0, ABANDON = 1, FATAL = 2 };
@@ -696,7 +944,9 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
     double first_failure = 0;
     char run_id[17] = "";
     enum outcome result = DONE;
+    int prefetched = 0; /* the next task was handed to prefetch */
 
+    prefetch_cancel(w);
     cnx_error_clear();
     if (msg->value == NULL || msg->len > CNX_JSON_MAX)
         cnx_error_set(CNX_ETOOBIG, 0, "task message at %s[%d]@%lld is over "
@@ -789,6 +1039,8 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
                 w->paused = 1;
             }
             poll_lanes(w, 0);
+            if (!prefetched && !stop_signal)
+                prefetched = prefetch_next(w);
             job_wait(j, 50);
             check_signal(w);
             if (w->stop_at > 0 && cnx_now() - w->stop_at > w->opts->grace_s)
@@ -947,21 +1199,17 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
 
 static int next_message(worker *w, cnx_message **msg, int *lane)
 {
-    /* Pending messages first, urgent before bulk. */
-    for (int want = 0; want < 2; want++) {
-        for (int i = 0; i < w->npending; i++) {
-            if (w->pending_lane[i] == want) {
-                *msg = w->pending[i];
-                *lane = want;
-                memmove(&w->pending[i], &w->pending[i + 1],
-                        (size_t)(w->npending - i - 1) * sizeof(w->pending[0]));
-                memmove(&w->pending_lane[i], &w->pending_lane[i + 1],
-                        (size_t)(w->npending - i - 1) *
-                            sizeof(w->pending_lane[0]));
-                w->npending--;
-                return 1;
-            }
-        }
+    /* Pending messages first, urgent before bulk (next_pending). */
+    int i = next_pending(w);
+    if (i >= 0) {
+        *msg = w->pending[i];
+        *lane = w->pending_lane[i];
+        memmove(&w->pending[i], &w->pending[i + 1],
+                (size_t)(w->npending - i - 1) * sizeof(w->pending[0]));
+        memmove(&w->pending_lane[i], &w->pending_lane[i + 1],
+                (size_t)(w->npending - i - 1) * sizeof(w->pending_lane[0]));
+        w->npending--;
+        return 1;
     }
     poll_lanes(w, 100);
     return 0;
@@ -1066,6 +1314,7 @@ int cnx_worker_run(const cnx_stage *stage, const cnx_worker_opts *opts)
         stop(&w);
         return 1;
     }
+    prefetch_start(&w);
     CNX_INFO("worker", "%s worker %s ready (%s)", stage->name, opts->instance,
              cnx_build_describe());
     idle_since = cnx_now();
@@ -1097,6 +1346,19 @@ int cnx_worker_run(const cnx_stage *stage, const cnx_worker_opts *opts)
         w.done++;
         if (opts->max_tasks > 0 && w.done >= opts->max_tasks)
             break;
+    }
+    if (prefetch_stop(&w) != 0 && w.broker_lost[0] == '\0') {
+        /* The prefetch thread is still inside a read: it holds no task
+         * and nothing durable. Leave the group as usual, then leave the
+         * process without waiting for the read. */
+        CNX_WARN("worker", "prefetch still reading after %.0f s: not "
+                 "waiting for it", PREFETCH_STOP_WAIT_S);
+        check_signal(&w);
+        CNX_INFO("worker", "%s worker %s stopping after %lld task(s)",
+                 stage->name, opts->instance, (long long)w.done);
+        stop(&w);
+        fflush(NULL);
+        _exit(code);
     }
     if (w.broker_lost[0] != '\0') {
         /* Without a broker the group cannot be left nor anything flushed

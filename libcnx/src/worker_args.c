@@ -80,6 +80,11 @@ static void help(const cnx_stage *stage)
            "by workers)\n"
            "  --cache-max-bytes N     bound of the cache (K, M, G suffixes; "
            "default 10G)\n"
+           "  --prefetch 0|1          while a task's kernel runs, fetch the "
+           "next waiting\n"
+           "                          task's remote inputs into the cache, "
+           "verified\n"
+           "                          (default 1; needs a cache)\n"
            "  --max-tasks N           exit after N tasks\n"
            "  --idle-exit SECONDS     exit after SECONDS without a task\n"
            "  --slow-ms N             (tests only) sleep N ms in every task\n"
@@ -98,7 +103,7 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
         O_BROKERS = 256, O_KCONF, O_KEY, O_INSTANCE, O_GROUP, O_CONTAINER,
         O_DIRTY, O_GRACE, O_METRICS, O_MAXT, O_IDLE, O_SLOW, O_SESSION,
         O_HELP, O_VERSION, O_CACHE, O_CACHE_MAX, O_RETRY_WINDOW,
-        O_BROKER_TIMEOUT, O_CKEY
+        O_BROKER_TIMEOUT, O_CKEY, O_PREFETCH
     };
     static const struct option longopts[] = {
         {"brokers", required_argument, NULL, O_BROKERS},
@@ -117,6 +122,7 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
         {"session-timeout-ms", required_argument, NULL, O_SESSION},
         {"cache", required_argument, NULL, O_CACHE},
         {"cache-max-bytes", required_argument, NULL, O_CACHE_MAX},
+        {"prefetch", required_argument, NULL, O_PREFETCH},
         {"retry-window", required_argument, NULL, O_RETRY_WINDOW},
         {"broker-timeout", required_argument, NULL, O_BROKER_TIMEOUT},
         {"quiet", no_argument, NULL, 'q'},
@@ -129,6 +135,7 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
     memset(opts, 0, sizeof(*opts));
     opts->grace_s = 25.0;
     opts->retry_window_s = CNX_WORKER_RETRY_WINDOW_S;
+    opts->prefetch = 1;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "q", longopts, NULL)) != -1) {
@@ -187,6 +194,11 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
         case O_CACHE_MAX:
             if (cnx_store_parse_size(optarg, &opts->cache_max_bytes) != 0)
                 return usage_error(stage, "bad --cache-max-bytes", optarg);
+            break;
+        case O_PREFETCH:
+            if (cnx_cli_int(optarg, 0, 1, &n) != 0)
+                return usage_error(stage, "bad --prefetch (0 or 1)", optarg);
+            opts->prefetch = (int)n;
             break;
         case O_RETRY_WINDOW:
             if (cnx_cli_double(optarg, 0, 86400, &opts->retry_window_s) != 0)

@@ -123,6 +123,9 @@ typedef struct cnx_worker_opts {
                                    * (default 300; 0: dead-letter at once) */
     const char *cache_dir;        /* read cache (NULL: $CNX_CACHE_DIR) */
     uint64_t cache_max_bytes;     /* 0: default */
+    int prefetch;                 /* while a kernel runs, warm the read
+                                   * cache with the next task's inputs
+                                   * (the command line's default: 1) */
     int quiet;
 } cnx_worker_opts;
 
