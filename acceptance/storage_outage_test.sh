@@ -201,8 +201,18 @@ check "the replay is done with every task (5)" \
   [ "$(jq_py "$WORK/replay.json" 'd["outcome"], sum(s["done"] for s in d["stages"])')" = "('done', 5)" ]
 check "the replay reused the tasks req-b had done" \
   [ "$(jq_py "$WORK/replay.json" 'sum(s["reused"] for s in d["stages"]) > 0')" = True ]
-check "every dead-lettered task of req-b was released again" \
-  grep -q "$NDEAD of $NDEAD dead-lettered task(s) of req-b released again" "$WORK/replay.err"
+# Each dead-lettered task is released again, or reused where it was done
+# meanwhile: at-least-once delivery may hand a task dead-lettered by one
+# worker to another (a commit refused in a rebalance) after the outage,
+# which then does it; cnx-replay reports those as reused and names any
+# task it neither released nor reused ("was not released again").
+replayed_all() {
+  grep -Eq "[0-9]+ of $NDEAD dead-lettered task\(s\) of req-b released again" "$WORK/replay.err" &&
+    { grep -q "$NDEAD of $NDEAD dead-lettered task(s) of req-b released again\$" "$WORK/replay.err" ||
+      grep -q "of req-b released again, the rest reused" "$WORK/replay.err"; } &&
+    ! grep -q "was not released again" "$WORK/replay.err"
+}
+check "every dead-lettered task of req-b was released again (or reused: done meanwhile)" replayed_all
 # The reference for part 2, after the replay (so the replay reused only
 # what req-b had done).
 start_pool ref-b
