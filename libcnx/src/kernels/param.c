@@ -32,19 +32,24 @@ double cnx_param_get(const cnx_param *row, const void *p)
     }
 }
 
+/* v is within the row's limits (the callers check first); each kind
+ * converts only to its own type, so a real or an int64 value beyond the
+ * range of int is never converted to int. */
 void cnx_param_set(const cnx_param *row, void *p, double v)
 {
     char *at = (char *)p + row->offset;
-    int i = (int)v;
-    int64_t l = (int64_t)v;
+    int i;
+    int64_t l;
     switch (row->kind) {
     case CNX_PARAM_INT64:
+        l = (int64_t)v;
         memcpy(at, &l, sizeof(l));
         break;
     case CNX_PARAM_REAL:
         memcpy(at, &v, sizeof(v));
         break;
     default:
+        i = (int)v;
         memcpy(at, &i, sizeof(i));
     }
 }
