@@ -520,8 +520,9 @@ int cnx_replay_run(const cnx_replay_opts *o)
             fprintf(stderr, "replay %s: %zu of %zu dead-lettered task(s) of "
                             "%s released again%s\n",
                     id, again, ds.n, o->request,
-                    reused ? ", the rest reused (done meanwhile by another "
-                             "request)" : "");
+                    reused ? ", the rest reused (done meanwhile, by "
+                             "another request or by a redelivery of the "
+                             "task)" : "");
         for (size_t i = 0; i < ds.n; i++)
             if (rs.released[i] == 0)
                 fprintf(stderr, PROG ": task %s (%s) of %s was not released "
