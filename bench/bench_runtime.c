@@ -107,6 +107,24 @@ static double dd_mbs(const char *dir)
 
 /* ---- part 1 ------------------------------------------------------------ */
 
+/* Create the image layer at url and fill it with the bench's pattern. */
+static void write_source_layer(const char *url, const cnx_layer_info *info,
+                               const int64_t size[3], const char *what)
+{
+    cnx_box all = cnx_box_make(0, 0, 0, size[0], size[1], size[2]);
+    cnx_layer *layer;
+    cnx_volume *v;
+    if (cnx_layer_create(&layer, url, info) != 0 ||
+        cnx_volume_new(&v, CNX_DT_UINT8, &all, 1) != 0)
+        die(what);
+    for (size_t i = 0; i < cnx_volume_bytes(v); i++)
+        ((uint8_t *)v->data)[i] = (uint8_t)(i * 2654435761u >> 24);
+    if (cnx_layer_write(layer, 0, v, NULL) != 0)
+        die(what);
+    cnx_volume_free(v);
+    cnx_layer_free(layer);
+}
+
 static void part1(const char *boot, const char *dir, int repeat)
 {
     cnx_kafka_opts k = {boot, NULL, "bench", 0};
@@ -242,8 +260,6 @@ static void part2(const char *self, const char *boot, const char *dir,
     char src[600], dst[600], keydir[600], keypath[700];
     cnx_layer_info info;
     cnx_layer *layer;
-    cnx_volume *v;
-    cnx_box all;
     cnx_key *key;
     cnx_submit_opts o;
     char **tasks;
@@ -254,21 +270,12 @@ static void part2(const char *self, const char *boot, const char *dir,
 
     if (size[0] > 128 * 4096)
         size[0] = 128 * 4096;
-    all = cnx_box_make(0, 0, 0, size[0], size[1], size[2]);
     snprintf(src, sizeof(src), "file://%s/src", dir);
     snprintf(dst, sizeof(dst), "file://%s/dst", dir);
     snprintf(keydir, sizeof(keydir), "%s/keys", dir);
     snprintf(keypath, sizeof(keypath), "%s/cnx.key", keydir);
     cnx_info_init(&info, CNX_LAYER_IMAGE, CNX_DT_UINT8, size, res, chunk);
-    if (cnx_layer_create(&layer, src, &info) != 0 ||
-        cnx_volume_new(&v, CNX_DT_UINT8, &all, 1) != 0)
-        die("source layer");
-    for (size_t i = 0; i < cnx_volume_bytes(v); i++)
-        ((uint8_t *)v->data)[i] = (uint8_t)(i * 2654435761u >> 24);
-    if (cnx_layer_write(layer, 0, v, NULL) != 0)
-        die("source layer");
-    cnx_volume_free(v);
-    cnx_layer_free(layer);
+    write_source_layer(src, &info, size, "source layer");
     if (cnx_layer_create(&layer, dst, &info) != 0)
         die("output layer");
     cnx_layer_free(layer);
@@ -491,8 +498,6 @@ static void part3(const char *self, const char *boot, const char *dir,
     char keypath[700];
     double tps[2][16], wait[2][16];
     cnx_layer_info info;
-    cnx_layer *layer;
-    cnx_volume *v;
     cnx_consumer *cons = NULL; /* left to the process exit, as in part 2 */
     FILE *f;
     int ok = 1;
@@ -526,18 +531,8 @@ static void part3(const char *self, const char *boot, const char *dir,
     snprintf(src, sizeof(src), "s3://cnx-bench/src");
     snprintf(keypath, sizeof(keypath), "%s/keys/cnx.key", dir);
     cnx_info_init(&info, CNX_LAYER_IMAGE, CNX_DT_UINT8, size, res, chunk);
-    if (ok) {
-        cnx_box all = cnx_box_make(0, 0, 0, size[0], size[1], size[2]);
-        if (cnx_layer_create(&layer, src, &info) != 0 ||
-            cnx_volume_new(&v, CNX_DT_UINT8, &all, 1) != 0)
-            die("s3 source layer");
-        for (size_t i = 0; i < cnx_volume_bytes(v); i++)
-            ((uint8_t *)v->data)[i] = (uint8_t)(i * 2654435761u >> 24);
-        if (cnx_layer_write(layer, 0, v, NULL) != 0)
-            die("s3 source layer");
-        cnx_volume_free(v);
-        cnx_layer_free(layer);
-    }
+    if (ok)
+        write_source_layer(src, &info, size, "s3 source layer");
     /* The event reader joins once, before any run, so that it sees each
      * event as it comes. */
     if (ok) {
