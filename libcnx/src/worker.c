@@ -705,6 +705,42 @@ static double retry_backoff(int n)
     return b < RETRY_BACKOFF_MAX_S ? b : RETRY_BACKOFF_MAX_S;
 }
 
+/*
+ * The task a message carries, checked as the loop checks it before
+ * running it: size, the controller's signature (with --controller-key),
+ * schema, stage and kernel version. @return 0 with *task set; otherwise
+ * the error is set (a one-line reason naming the message) and *task, if
+ * not NULL, is the caller's to free.
+ */
+static int task_of_message(const worker *w, const cnx_message *msg,
+                           cnx_task **task)
+{
+    if (msg->value == NULL || msg->len > CNX_JSON_MAX)
+        cnx_error_set(CNX_ETOOBIG, 0, "task message at %s[%d]@%lld is over "
+                      "the %u byte limit", msg->topic, (int)msg->partition,
+                      (long long)msg->offset,
+                      msg->value == NULL ? CNX_KAFKA_MAX_MESSAGE
+                                         : CNX_JSON_MAX);
+    else if (w->controller != NULL &&
+             cnx_msg_verify(msg, &w->controller, 1, NULL) != 0) {
+        char why[sizeof(cnx_error_last()->message)];
+        snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
+        cnx_error_set(CNX_EDIGEST, 0, "task message at %s[%d]@%lld is not "
+                      "the controller's: %s", msg->topic, (int)msg->partition,
+                      (long long)msg->offset, why);
+    } else if (cnx_task_parse(task, msg->value, msg->len) == 0) {
+        if (strcmp((*task)->stage, w->stage->name) != 0)
+            cnx_error_set(CNX_ESCHEMA, 0, "task: stage: '%s' sent to the %s "
+                          "worker", (*task)->stage, w->stage->name);
+        else if ((*task)->kernel_version != w->stage->kernel_version)
+            cnx_error_set(CNX_ESCHEMA, 0, "task: kernel_version: %lld, this "
+                          "worker runs %lld",
+                          (long long)(*task)->kernel_version,
+                          (long long)w->stage->kernel_version);
+    }
+    return cnx_error_last()->code != CNX_OK ? -1 : 0;
+}
+
 /* ---- prefetch ---------------------------------------------------------- */
 
 /* Index in the pending queue of the message the loop takes next (urgent
@@ -869,17 +905,12 @@ static int prefetch_next(worker *w)
     if (busy)
         return 0;
     msg = w->pending[i];
-    if (msg->value == NULL || msg->len > CNX_JSON_MAX ||
-        (w->controller != NULL &&
-         cnx_msg_verify(msg, &w->controller, 1, NULL) != 0) ||
-        cnx_task_parse(&task, msg->value, msg->len) != 0 ||
-        strcmp(task->stage, w->stage->name) != 0 ||
-        task->kernel_version != w->stage->kernel_version) {
+    cnx_error_clear();
+    if (task_of_message(w, msg, &task) != 0) {
         cnx_task_free(task);
         cnx_error_clear();
         return 1; /* nothing to fetch for this one */
     }
-    cnx_error_clear();
     pthread_mutex_lock(&p->lock);
     atomic_store(&p->cancel, 0);
     p->task = task;
@@ -948,29 +979,7 @@ static enum outcome handle(worker *w, cnx_message *msg, int lane)
 
     prefetch_cancel(w);
     cnx_error_clear();
-    if (msg->value == NULL || msg->len > CNX_JSON_MAX)
-        cnx_error_set(CNX_ETOOBIG, 0, "task message at %s[%d]@%lld is over "
-                      "the %u byte limit", msg->topic, (int)msg->partition,
-                      (long long)msg->offset,
-                      msg->value == NULL ? CNX_KAFKA_MAX_MESSAGE
-                                         : CNX_JSON_MAX);
-    else if (w->controller != NULL &&
-             cnx_msg_verify(msg, &w->controller, 1, NULL) != 0) {
-        char why[sizeof(cnx_error_last()->message)];
-        snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
-        cnx_error_set(CNX_EDIGEST, 0, "task message at %s[%d]@%lld is not "
-                      "the controller's: %s", msg->topic, (int)msg->partition,
-                      (long long)msg->offset, why);
-    } else if (cnx_task_parse(&task, msg->value, msg->len) == 0) {
-        if (strcmp(task->stage, w->stage->name) != 0)
-            cnx_error_set(CNX_ESCHEMA, 0, "task: stage: '%s' sent to the %s "
-                          "worker", task->stage, w->stage->name);
-        else if (task->kernel_version != w->stage->kernel_version)
-            cnx_error_set(CNX_ESCHEMA, 0, "task: kernel_version: %lld, this "
-                          "worker runs %lld",
-                          (long long)task->kernel_version,
-                          (long long)w->stage->kernel_version);
-    }
+    (void)task_of_message(w, msg, &task);
     if (cnx_error_last()->code != CNX_OK) {
         err = *cnx_error_last();
         CNX_WARN("worker", "dead-lettering %s[%d]@%lld: %s", msg->topic,
