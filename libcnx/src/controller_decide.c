@@ -508,28 +508,58 @@ static char *control_text(const char *type, const char *request,
     return cnx_control_build(&d, &out) == 0 ? out : NULL;
 }
 
-/* Release (or reuse) task idx of request as attempt. */
-static int release(ctl *c, const char *request, const char *deadline,
-                   int urgent, int reuse, int64_t idx, int64_t attempt,
-                   const char *reason)
+/* The task message of task idx of request (*json, and parsed, *task);
+ * *ws its stage. */
+static int make_task(ctl *c, const char *request, const char *deadline,
+                     int urgent, int64_t idx, char **json, cnx_task **task,
+                     const cnx_wf_stage **ws)
 {
     ctl_plan *cp = ctl_plan_get(c, request);
     lookup_ctx lc;
-    cnx_task *task = NULL;
-    char *json = NULL, topic[128], att[24];
-    const cnx_wf_stage *ws;
     int rc;
 
+    *json = NULL;
+    *task = NULL;
     if (cp == NULL)
         return CNX_EIO;
     lc.c = c;
     lc.request = request;
     lc.plan = cp->plan;
-    ws = &cp->wf->stages[cp->plan->tasks[idx].stage];
+    *ws = &cp->wf->stages[cp->plan->tasks[idx].stage];
     rc = cnx_plan_task_json(cp->plan, (size_t)idx, request, deadline, urgent,
-                            lookup, &lc, &json);
+                            lookup, &lc, json);
     if (rc == 0)
-        rc = cnx_task_parse(&task, json, strlen(json));
+        rc = cnx_task_parse(task, *json, strlen(*json));
+    return rc;
+}
+
+/* Publish the task message of a release to its worker's topic. */
+static int send_task(ctl *c, const char *request, const cnx_wf_stage *ws,
+                     int urgent, const cnx_task *task, const char *json,
+                     int64_t attempt)
+{
+    char topic[128], att[24];
+    int rc = cnx_topic_tasks(topic, sizeof(topic), ws->worker, urgent);
+    cnx_kafka_header h[] = {{"cnx-attempt", att}, {"cnx-request", request}};
+
+    if (rc != 0)
+        return rc;
+    snprintf(att, sizeof(att), "%lld", (long long)attempt);
+    return ctl_publish(c, topic, task->key, json, h, 2);
+}
+
+/* Release (or reuse) task idx of request as attempt. */
+static int release(ctl *c, const char *request, const char *deadline,
+                   int urgent, int reuse, int64_t idx, int64_t attempt,
+                   const char *reason)
+{
+    cnx_task *task = NULL;
+    char *json = NULL;
+    const cnx_wf_stage *ws = NULL;
+    int rc = make_task(c, request, deadline, urgent, idx, &json, &task, &ws);
+
+    if (rc != 0 && ws == NULL)
+        return rc;
     if (rc != 0) {
         char why[1200];
         snprintf(why, sizeof(why), "cannot make the task: %s",
@@ -577,26 +607,22 @@ static int release(ctl *c, const char *request, const char *deadline,
             goto done;
         }
     }
-    rc = cnx_topic_tasks(topic, sizeof(topic), ws->worker, urgent);
-    if (rc != 0)
-        goto done;
-    snprintf(att, sizeof(att), "%lld", (long long)attempt);
     {
         /* The release decision first, then the task: when the task's
          * first event reaches the events partition of its key, the
-         * release is already there. */
+         * release is already there. (A controller killed between the
+         * two leaves a release without its message: resend_unconfirmed
+         * sends it again after a restart.) */
         char *text = control_text("released", request, ws->name, idx,
                                   task->key, attempt,
                                   urgent ? "urgent" : "bulk", reason, NULL);
-        cnx_kafka_header h[] = {{"cnx-attempt", att},
-                                {"cnx-request", request}};
         if (text == NULL) {
             rc = cnx_error_set(CNX_ENOMEM, 0, "out of memory");
             goto done;
         }
         rc = ctl_publish(c, CNX_TOPIC_EVENTS, task->key, text, NULL, 0);
         if (rc == 0)
-            rc = ctl_publish(c, topic, task->key, json, h, 2);
+            rc = send_task(c, request, ws, urgent, task, json, attempt);
         if (rc == 0)
             rc = queue_decision(c, CNX_TOPIC_EVENTS, text);
         free(text);
@@ -605,6 +631,103 @@ done:
     cnx_task_free(task);
     free(json);
     return rc;
+}
+
+/*
+ * A release the controller made in a previous run may have lost its task
+ * message: the `released` event and the task message go to two topics,
+ * and a controller killed between their acknowledgements leaves the event
+ * in the log (so the ledger says released) with no message behind it.
+ * Only the last batch before the kill can be split, so at the first
+ * decision round after a start the task messages of the releases made in
+ * the RESEND_WINDOW_S before the newest one in the ledger, of tasks still
+ * `released` and with no event of that attempt, are sent again: the same
+ * task and attempt, no new release. A worker that gets the message twice
+ * runs it once (or announces outputs already durable); the lease
+ * (--release-lease) stays the remedy for a message lost any other way.
+ */
+#define RESEND_WINDOW_S 120.0
+
+static int resend_unconfirmed(ctl *c)
+{
+    typedef struct {
+        char request[129], deadline[40];
+        int64_t idx, attempt;
+        int urgent;
+    } unconfirmed;
+    unconfirmed *u = NULL;
+    size_t n = 0, cap = 0;
+    char cutoff[32];
+    double newest;
+    int rc = 0;
+    sqlite3_stmt *st = ctl_stmt(c, "SELECT max(r.time) FROM releases r JOIN "
+                                   "requests q ON q.id = r.request WHERE "
+                                   "q.state = 'accepted' AND r.type = "
+                                   "'released'");
+    if (st == NULL)
+        return CNX_EIO;
+    newest = sqlite3_step(st) == SQLITE_ROW ? parse_time(col(st, 0)) : NAN;
+    sqlite3_reset(st);
+    if (isnan(newest))
+        return 0;
+    cnx_rfc3339_format(newest - RESEND_WINDOW_S, cutoff);
+    st = ctl_stmt(c, "SELECT t.request, q.deadline, q.urgent, t.idx, "
+                     "t.last_attempt FROM releases r JOIN tasks t ON "
+                     "t.request = r.request AND t.idx = r.idx AND "
+                     "t.last_attempt = r.attempt JOIN requests q ON q.id = "
+                     "t.request WHERE r.type = 'released' AND r.time >= ? "
+                     "AND q.state = 'accepted' AND t.state = 'released' AND "
+                     "NOT EXISTS (SELECT 1 FROM attempts a WHERE a.task_key "
+                     "= t.task_key AND a.request = t.request AND a.attempt "
+                     "= t.last_attempt) ORDER BY t.request, t.idx");
+    if (st == NULL)
+        return CNX_EIO;
+    ctl_bind_text(st, 1, cutoff);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (n == cap) {
+            size_t ncap = cap ? 2 * cap : 16;
+            unconfirmed *g = realloc(u, ncap * sizeof(*g));
+            if (g == NULL) {
+                sqlite3_reset(st);
+                free(u);
+                return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+            }
+            u = g;
+            cap = ncap;
+        }
+        snprintf(u[n].request, sizeof(u[n].request), "%s", col(st, 0));
+        snprintf(u[n].deadline, sizeof(u[n].deadline), "%s", col(st, 1));
+        u[n].urgent = sqlite3_column_int(st, 2);
+        u[n].idx = sqlite3_column_int64(st, 3);
+        u[n].attempt = sqlite3_column_int64(st, 4);
+        n++;
+    }
+    sqlite3_reset(st);
+    if (n > 0)
+        CNX_INFO("controller", "sending again the task messages of %zu "
+                 "release(s) of the previous run not yet started (a release "
+                 "split by a stop between its event and its message)", n);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        cnx_task *task = NULL;
+        char *json = NULL;
+        const cnx_wf_stage *ws = NULL;
+        rc = make_task(c, u[i].request, u[i].deadline, u[i].urgent,
+                       u[i].idx, &json, &task, &ws);
+        if (rc == 0)
+            rc = send_task(c, u[i].request, ws, u[i].urgent, task, json,
+                           u[i].attempt);
+        else {
+            /* The lease covers it. */
+            CNX_WARN("controller", "task %lld of %s: cannot send its task "
+                     "message again: %s", (long long)u[i].idx, u[i].request,
+                     cnx_error_last()->message);
+            rc = 0;
+        }
+        cnx_task_free(task);
+        free(json);
+    }
+    free(u);
+    return rc == 0 && n > 0 ? ctl_flush(c) : rc;
 }
 
 static int release_ready(ctl *c, const char *request, const char *deadline,
@@ -1095,6 +1218,12 @@ int ctl_decide(ctl *c)
 
     if (!c->live)
         return 0;
+    if (!c->resent) {
+        c->resent = 1;
+        rc = resend_unconfirmed(c);
+        if (rc != 0)
+            return rc;
+    }
     rc = accept_submitted(c);
     if (rc != 0)
         return rc;

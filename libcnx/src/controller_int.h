@@ -88,6 +88,7 @@ typedef struct ctl {
     ctl_pending *pending; /* decisions sent, to apply once acknowledged */
     size_t npending, cap_pending;
     int live;          /* caught up: decisions allowed */
+    int resent;        /* resend_unconfirmed done (once per run) */
     int dirty;         /* applied something since the last decision round */
     int held_again;    /* the claim just applied went (back) to `held` */
     double last_progress;
