@@ -103,6 +103,25 @@ count_events() { # type -> number of events of that type
   topic_dump cnx.events | grep -c "\"type\":\"$1\"" || true
 }
 
+take_first_task() { # request: submit a pyramid request over $WORK/data
+  # (128^3) and take its first task's message off cnx.tasks.downsample
+  # with a consumer of the workers' own group that commits it and runs
+  # nothing (as good as lost); checks both steps. Needs start_broker, the
+  # controller's keys and kcat.
+  local req=$1
+  "$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow pyramid \
+    --workflows "$SRC/workflows" --dataset "file://$WORK/data" \
+    --roi 0,0,0,128,128,128 --request "$req" --timeout 90 --quiet >/dev/null
+  check "the request is accepted and its ds1 task released" \
+    wait_for 30 bash -c '[ "$(sqlite3 -readonly "$1" "SELECT state FROM tasks
+      WHERE request = '"'$req'"' AND idx = 0" 2>/dev/null)" = released ]' _ "$WORK/ledger.db"
+  timeout 60 kcat -b "$BOOT" -G cnx.downsample -X auto.offset.reset=earliest \
+    -X session.timeout.ms=6000 -c 1 -q cnx.tasks.downsample \
+    >"$WORK/taken.json" 2>"$WORK/kcat.err" || true
+  check "the task message was taken off the workers' topic" \
+    grep -q '"request":"'"$req"'"' "$WORK/taken.json"
+}
+
 wait_for() { # seconds, command: poll until the command succeeds
   local secs=$1; shift
   local end=$((SECONDS + secs))

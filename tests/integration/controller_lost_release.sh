@@ -24,20 +24,7 @@ CPID=$!
 PIDS+=($CPID)
 q() { sqlite3 -readonly "$WORK/ledger.db" "$1" 2>/dev/null || true; }
 
-"$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow pyramid \
-  --workflows "$SRC/workflows" --dataset "file://$WORK/data" \
-  --roi 0,0,0,128,128,128 --request lost --timeout 60 --quiet >/dev/null
-check "the request is accepted and its ds1 task released" \
-  wait_for 30 bash -c '[ "$(sqlite3 -readonly "$1" "SELECT state FROM tasks
-    WHERE request = '"'lost'"' AND idx = 0" 2>/dev/null)" = released ]' _ "$WORK/ledger.db"
-
-# The task message is consumed and committed by a member of the workers'
-# group that does nothing with it: as good as lost.
-timeout 60 kcat -b "$BOOT" -G cnx.downsample -X auto.offset.reset=earliest \
-  -X session.timeout.ms=6000 -c 1 -q cnx.tasks.downsample \
-  >"$WORK/taken.json" 2>"$WORK/kcat.err" || true
-check "the task message was taken off the workers' topic" \
-  grep -q '"request":"lost"' "$WORK/taken.json"
+take_first_task lost
 
 start_worker w1
 done_lost() { [ "$(q "SELECT outcome FROM requests WHERE id = 'lost'")" = done ]; }
