@@ -79,33 +79,12 @@ static int parse_params(const cnx_task *task, const double resolution[3],
     return rc;
 }
 
-/* Boundary values in [0, 1] for the volume read. */
-static int to_boundary(const cnx_volume *in, const cnx_segment_params *p,
-                       float **out)
-{
-    int64_t size[3];
-    int rc;
-    cnx_box_size(&in->box, size);
-    *out = malloc((size_t)cnx_volume_voxels(in) * sizeof(**out));
-    if (*out == NULL)
-        return cnx_error_set(CNX_ENOMEM, 0, "segment: out of memory");
-    if (in->dtype == CNX_DT_UINT8)
-        rc = cnx_segment_boundary_u8(in->data, size, p, *out);
-    else
-        rc = cnx_segment_boundary_f32(in->data, size, p, *out);
-    if (rc != 0) {
-        free(*out);
-        *out = NULL;
-    }
-    return rc;
-}
-
 /* ---- segment: fragments and face records -------------------------------- */
 
 /*
- * One chunk of a fragments task: the kernel on the chunk grown by the
- * halo (clipped to bounds), cropped from what the task read; the chunk
- * and its face record written.
+ * One chunk of a fragments task: the kernel (cnx_segjoin_chunk) on the
+ * chunk grown by the halo (clipped to bounds), cropped from what the task
+ * read; the chunk and its face record written.
  */
 static int one_fragments(cnx_stage_io *io, const cnx_task *task,
                          const cnx_volume *in, const cnx_box *chunk,
@@ -113,7 +92,6 @@ static int one_fragments(cnx_stage_io *io, const cnx_task *task,
 {
     cnx_box bbox = cnx_box_grow(chunk, task->halo, bounds);
     cnx_volume *part = NULL, *out = NULL;
-    float *boundary = NULL;
     uint8_t *face = NULL;
     size_t face_len = 0;
     char name[512];
@@ -121,12 +99,10 @@ static int one_fragments(cnx_stage_io *io, const cnx_task *task,
 
     rc = cnx_volume_crop(&part, in, &bbox);
     if (rc == 0)
-        rc = to_boundary(part, p, &boundary);
-    if (rc == 0)
         rc = cnx_volume_new(&out, CNX_DT_UINT64, chunk, 1);
     if (rc == 0)
-        rc = cnx_segjoin_fragments(boundary, &bbox, chunk, p, out->data, &face,
-                                   &face_len);
+        rc = cnx_segjoin_chunk(part->data, part->dtype, &bbox, chunk, p,
+                               out->data, &face, &face_len);
     if (rc == 0)
         rc = cnx_stage_write(io, out);
     if (rc == 0)
@@ -137,7 +113,6 @@ static int one_fragments(cnx_stage_io *io, const cnx_task *task,
     if (rc == 0)
         cnx_stage_add_voxels(io, cnx_box_voxels(chunk));
     free(face);
-    free(boundary);
     cnx_volume_free(part);
     cnx_volume_free(out);
     return rc;

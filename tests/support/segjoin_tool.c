@@ -97,39 +97,30 @@ static void put_box(uint64_t *whole, const int64_t size[3], const cnx_box *b,
 }
 
 /* Chunk k: the block (chunk grown by the halo, clipped) cropped from the
- * image, filtered, segmented into fragments and its face record. */
+ * image, then what the segment stage runs on it (cnx_segjoin_chunk). */
 static int raw_one(raw_job *j, int64_t k, int64_t slot)
 {
     cnx_box bounds = {{0, 0, 0}, {j->size[0], j->size[1], j->size[2]}};
     cnx_box roi = raw_chunk_box(j, k),
             bb = cnx_box_grow(&roi, j->halo, &bounds);
     cnx_volume *part = NULL;
-    float *b = NULL;
     uint64_t *lab = NULL;
     uint8_t *face = NULL;
-    int64_t bs[3];
     int rc = cnx_volume_crop(&part, j->vol, &bb);
 
-    cnx_box_size(&bb, bs);
     if (rc == 0) {
-        b = malloc((size_t)cnx_box_voxels(&bb) * sizeof(*b));
         lab = malloc((size_t)cnx_box_voxels(&roi) * sizeof(*lab));
-        if (b == NULL || lab == NULL)
+        if (lab == NULL)
             rc = cnx_error_set(CNX_ENOMEM, 0, "out of memory");
     }
     if (rc == 0)
-        rc = part->dtype == CNX_DT_UINT8
-                 ? cnx_segment_boundary_u8(part->data, bs, j->p, b)
-                 : cnx_segment_boundary_f32(part->data, bs, j->p, b);
-    if (rc == 0)
-        rc = cnx_segjoin_fragments(b, &bb, &roi, j->p, lab, &face,
-                                   &j->in[slot].len);
+        rc = cnx_segjoin_chunk(part->data, part->dtype, &bb, &roi, j->p, lab,
+                               &face, &j->in[slot].len);
     if (rc == 0) {
         j->in[slot].data = face;
         put_box(j->labels, j->size, &roi, lab);
     }
     free(lab);
-    free(b);
     cnx_volume_free(part);
     return rc;
 }

@@ -38,6 +38,7 @@
 
 #include "cnx/geom.h"
 #include "cnx/segment.h"
+#include "cnx/volume.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -79,6 +80,25 @@ static inline uint64_t cnx_segjoin_id(int64_t x, int64_t y, int64_t z)
 int cnx_segjoin_fragments(const float *boundary, const cnx_box *bbox,
                           const cnx_box *roi, const cnx_segment_params *p,
                           uint64_t *labels, uint8_t **face, size_t *face_len);
+
+/**
+ * Fragments of one chunk from its input, what the segment stage runs per
+ * chunk: the boundary (cnx_segment_boundary_*_region) over the part the
+ * seeds and watershed see, then cnx_segjoin_fragments there. That part
+ * is the chunk grown by cnx_segment_context and clipped to bbox with
+ * raw_input (the rest of the halo only feeds the membrane filter), else
+ * the whole of bbox.
+ *
+ * @param in     the input over bbox, x fastest: uint8_t (dtype
+ *               CNX_DT_UINT8) or float (CNX_DT_FLOAT32)
+ * @param bbox   the chunk grown by the halo and clipped to the volume
+ * @param roi    the chunk, inside bbox
+ * Outputs and errors as cnx_segjoin_fragments (CNX_EINVAL also for
+ * another dtype).
+ */
+int cnx_segjoin_chunk(const void *in, cnx_dtype dtype, const cnx_box *bbox,
+                      const cnx_box *roi, const cnx_segment_params *p,
+                      uint64_t *labels, uint8_t **face, size_t *face_len);
 
 /** One chunk's face record, for the join. */
 typedef struct cnx_segjoin_input {

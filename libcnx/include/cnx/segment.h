@@ -69,7 +69,7 @@ extern "C" {
 #endif
 
 /** Kernel version: bumped whenever the labels it writes are meant to change. */
-#define CNX_SEGMENT_VERSION 2
+#define CNX_SEGMENT_VERSION 3
 
 /** Largest number of voxels accepted (2^31): labels are uint32. */
 #define CNX_SEGMENT_MAX_VOXELS ((int64_t)1 << 31)
@@ -186,6 +186,16 @@ cnx_segment_mode cnx_segment_mode_of(const cnx_segment_params *p);
  */
 int64_t cnx_segment_halo(const cnx_segment_params *p);
 
+/**
+ * The context of a chunk of raw input: four times the seeds' room of
+ * cnx_segment_halo (16 seed distances, at least 32 voxels; the larger over
+ * the axes). Such a chunk is filtered over all it was read with (the
+ * halo is mostly the shading's footprint) and segmented (seeds, watershed,
+ * agglomeration) over the chunk grown by this much, clipped to what was
+ * read (cnx_segjoin_chunk). Same check as above.
+ */
+int64_t cnx_segment_context(const cnx_segment_params *p);
+
 /** Segment volume in voxels (min_size_nm3 at p->resolution, rounded). */
 int64_t cnx_segment_min_voxels(const cnx_segment_params *p);
 
@@ -224,6 +234,27 @@ int cnx_segment_boundary_u8(const uint8_t *in, const int64_t size[3],
  */
 int cnx_segment_boundary_f32(const float *in, const int64_t size[3],
                              const cnx_segment_params *p, float *boundary_out);
+
+/**
+ * As cnx_segment_boundary_u8 / _f32, written for the region at lo of size
+ * osize of the input only (boundary_out: osize voxels, x fastest). With
+ * raw_input the shading and the intensity percentiles come from the whole
+ * input, the smoothings and the Hessian from the region grown by their
+ * footprint (so, on the region, the whole input's values to the bit), and
+ * each term is stretched by its percentiles over the region; lo = 0,
+ * osize = size is the whole-volume call. A region not inside the input:
+ * CNX_EINVAL.
+ */
+int cnx_segment_boundary_u8_region(const uint8_t *in, const int64_t size[3],
+                                   const cnx_segment_params *p,
+                                   const int64_t lo[3],
+                                   const int64_t osize[3],
+                                   float *boundary_out);
+int cnx_segment_boundary_f32_region(const float *in, const int64_t size[3],
+                                    const cnx_segment_params *p,
+                                    const int64_t lo[3],
+                                    const int64_t osize[3],
+                                    float *boundary_out);
 
 /**
  * The 8-bit level the kernel works with: round(255 * b) for b clamped to

@@ -270,6 +270,45 @@ int cnx_segjoin_fragments(const float *boundary, const cnx_box *bbox,
     return 0;
 }
 
+int cnx_segjoin_chunk(const void *in, cnx_dtype dtype, const cnx_box *bbox,
+                      const cnx_box *roi, const cnx_segment_params *p,
+                      uint64_t *labels, uint8_t **face, size_t *face_len)
+{
+    cnx_box seen;
+    int64_t size[3], lo[3], osize[3];
+    float *b;
+    int rc;
+
+    *face = NULL;
+    *face_len = 0;
+    if (in == NULL || bbox == NULL || roi == NULL || p == NULL ||
+        !box_ok(bbox) || !box_ok(roi) || !inside(roi, bbox))
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "segjoin: chunk: the chunk must lie in the "
+                             "block, both in [0, 2^21) on every axis");
+    if (dtype != CNX_DT_UINT8 && dtype != CNX_DT_FLOAT32)
+        return cnx_error_set(CNX_EINVAL, 0,
+                             "segjoin: chunk: input must be uint8 or "
+                             "float32");
+    seen = *bbox;
+    if (p->raw_input)
+        seen = cnx_box_grow(roi, cnx_segment_context(p), bbox);
+    cnx_box_size(bbox, size);
+    cnx_box_size(&seen, osize);
+    for (int i = 0; i < 3; i++)
+        lo[i] = seen.min[i] - bbox->min[i];
+    b = malloc((size_t)cnx_box_voxels(&seen) * sizeof(*b));
+    if (b == NULL)
+        return nomem();
+    rc = dtype == CNX_DT_UINT8
+             ? cnx_segment_boundary_u8_region(in, size, p, lo, osize, b)
+             : cnx_segment_boundary_f32_region(in, size, p, lo, osize, b);
+    if (rc == 0)
+        rc = cnx_segjoin_fragments(b, &seen, roi, p, labels, face, face_len);
+    free(b);
+    return rc;
+}
+
 /* ---- reading face records -------------------------------------------------- */
 
 typedef struct face_rec {

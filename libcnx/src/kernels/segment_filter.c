@@ -554,71 +554,144 @@ static int stretch_domains(float *a, const vol3 *v, int sections)
 /* ---- the filter -----------------------------------------------------------
  */
 
-/* darkness term into dark (tmp, line: scratch). */
-static int darkness(const float *img, float *dark, float *bg, float *tmp,
-                    const vol3 *v, const seg_cfg *p)
+/* The sub-volume of v at lo, size sz (a crop). */
+static void crop3(const float *a, const vol3 *v, const int64_t lo[3],
+                  const vol3 *w, float *out)
 {
+    for (int64_t z = 0; z < w->s[2]; z++)
+        for (int64_t y = 0; y < w->s[1]; y++)
+            memcpy(out + (size_t)(w->s[0] * (y + w->s[1] * z)),
+                   a + (size_t)(lo[0] + v->s[0] * (lo[1] + y +
+                                                   v->s[1] * (lo[2] + z))),
+                   (size_t)w->s[0] * sizeof(*out));
+}
+
+/*
+ * The filter of img (volume v) on the region at o_lo of size o->s:
+ *   - the shading (box3 at filter_background) over the whole volume: its
+ *     footprint is what the halo is mostly for;
+ *   - the smoothings and the Hessian over the region grown by their own
+ *     footprint only (w_lo, w), so on the region they equal, to the bit,
+ *     what the whole volume gives (the same sums in the same order; a
+ *     face of w that is not a face of v is farther than any footprint);
+ *   - each term stretched by its percentiles over the region.
+ * With the region the whole volume this is the whole-volume filter.
+ */
+int seg__membrane_filter_region(const float *img, const int64_t size[3],
+                                const seg_cfg *p, const int64_t o_lo[3],
+                                const int64_t o_size[3], float *out)
+{
+    vol3 v = {{size[0], size[1], size[2]}, 0}, w, o;
+    const double wr = p->ridge;
     const int bgon = p->background[0] > 0 || p->background[1] > 0 ||
                      (!p->sections && p->background[2] > 0);
-    kern3 k = {{NULL, NULL, NULL}, {0, 0, 0}};
-    int rc = kern3_init(&k, p->sigma, 1.0);
-    for (size_t i = 0; i < v->n && rc == 0; i++)
-        dark[i] = 1.0f - img[i];
-    if (rc == 0 && bgon) {
-        memcpy(bg, dark, v->n * sizeof(*bg));
-        rc = box3(bg, tmp, v, p->sections, p->background);
-    }
-    if (rc == 0)
-        rc = convolve(dark, tmp, v, p->sections, &k);
-    for (size_t i = 0; i < v->n && rc == 0 && bgon; i++)
-        dark[i] -= bg[i];
-    kern3_free(&k);
-    return rc;
-}
+    kern3 k1 = {{NULL, NULL, NULL}, {0, 0, 0}};
+    kern3 k2 = {{NULL, NULL, NULL}, {0, 0, 0}};
+    int64_t w_lo[3], in_w[3];
+    float *bg = NULL, *tmp = NULL, *dark = NULL, *sm = NULL, *t2 = NULL;
+    float *rt = NULL;
+    int rc;
 
-static int ridge_term(const float *img, float *out, float *sm, float *tmp,
-                      const vol3 *v, const seg_cfg *p)
-{
-    kern3 k = {{NULL, NULL, NULL}, {0, 0, 0}};
-    int rc = kern3_init(&k, p->sigma, 2.0);
-    if (rc == 0) {
-        memcpy(sm, img, v->n * sizeof(*sm));
-        rc = convolve(sm, tmp, v, p->sections, &k);
-    }
-    if (rc == 0)
-        ridge(sm, out, v, p->sections);
-    kern3_free(&k);
-    return rc;
-}
-
-int seg__membrane_filter(const float *img, const int64_t size[3],
-                         const seg_cfg *p, float *out)
-{
-    vol3 v = {{size[0], size[1], size[2]}, 0};
-    const double wr = p->ridge;
-    float *dark, *a, *b;
-    int rc = 0;
     v.n = (size_t)(size[0] * size[1] * size[2]);
-    dark = malloc(v.n * sizeof(*dark));
-    a = malloc(v.n * sizeof(*a));
-    b = malloc(v.n * sizeof(*b));
-    if (dark == NULL || a == NULL || b == NULL ||
-        darkness(img, dark, a, b, &v, p) != 0 ||
-        stretch_domains(dark, &v, p->sections) != 0 ||
-        (wr > 0.0 && (ridge_term(img, out, a, b, &v, p) != 0 ||
-                      stretch_domains(out, &v, p->sections) != 0))) {
-        rc = cnx_error_set(CNX_ENOMEM, 0, "segment: out of memory");
+    rc = kern3_init(&k1, p->sigma, 1.0);
+    if (rc == 0)
+        rc = kern3_init(&k2, p->sigma, 2.0);
+    if (rc != 0)
+        goto done;
+    o.n = 1;
+    w.n = 1;
+    for (int i = 0; i < 3; i++) {
+        /* the Hessian reads one voxel beyond its smoothing */
+        int64_t m = k1.r[i] > k2.r[i] + 1 ? k1.r[i] : k2.r[i] + 1;
+        int64_t hi;
+        if (i == 2 && p->sections)
+            m = 0;
+        w_lo[i] = o_lo[i] - m > 0 ? o_lo[i] - m : 0;
+        hi = o_lo[i] + o_size[i] + m < size[i] ? o_lo[i] + o_size[i] + m
+                                                : size[i];
+        w.s[i] = hi - w_lo[i];
+        o.s[i] = o_size[i];
+        in_w[i] = o_lo[i] - w_lo[i];
+        w.n *= (size_t)w.s[i];
+        o.n *= (size_t)o.s[i];
+    }
+    dark = malloc(w.n * sizeof(*dark));
+    sm = malloc(w.n * sizeof(*sm));
+    t2 = malloc(w.n * sizeof(*t2));
+    rt = malloc(w.n * sizeof(*rt));
+    if (dark == NULL || sm == NULL || t2 == NULL || rt == NULL) {
+        rc = CNX_ENOMEM;
         goto done;
     }
-    for (size_t i = 0; i < v.n; i++) {
-        float m = (float)(1.0 - wr) * dark[i];
+    if (bgon) {
+        /* the shading over the whole volume, kept on w */
+        bg = malloc(v.n * sizeof(*bg));
+        tmp = malloc(v.n * sizeof(*tmp));
+        if (bg == NULL || tmp == NULL) {
+            rc = CNX_ENOMEM;
+            goto done;
+        }
+        for (size_t i = 0; i < v.n; i++)
+            bg[i] = 1.0f - img[i];
+        rc = box3(bg, tmp, &v, p->sections, p->background);
+        if (rc != 0)
+            goto done;
+        crop3(bg, &v, w_lo, &w, sm);
+        free(bg);
+        free(tmp);
+        bg = tmp = NULL;
+    }
+    /* darkness on w: smooth(1 - img) - shading */
+    crop3(img, &v, w_lo, &w, dark);
+    for (size_t i = 0; i < w.n; i++)
+        dark[i] = 1.0f - dark[i];
+    rc = convolve(dark, t2, &w, p->sections, &k1);
+    for (size_t i = 0; i < w.n && rc == 0 && bgon; i++)
+        dark[i] -= sm[i];
+    /* the ridge on w */
+    if (rc == 0 && wr > 0.0) {
+        crop3(img, &v, w_lo, &w, sm);
+        rc = convolve(sm, t2, &w, p->sections, &k2);
+        if (rc == 0)
+            ridge(sm, rt, &w, p->sections);
+    }
+    if (rc != 0)
+        goto done;
+    /* both on the region, each stretched there, then mixed */
+    crop3(dark, &w, in_w, &o, t2);
+    if (stretch_domains(t2, &o, p->sections) != 0) {
+        rc = CNX_ENOMEM;
+        goto done;
+    }
+    if (wr > 0.0) {
+        crop3(rt, &w, in_w, &o, out);
+        if (stretch_domains(out, &o, p->sections) != 0) {
+            rc = CNX_ENOMEM;
+            goto done;
+        }
+    }
+    for (size_t i = 0; i < o.n; i++) {
+        float m = (float)(1.0 - wr) * t2[i];
         if (wr > 0.0)
             m += (float)wr * out[i];
         out[i] = m < 0.0f ? 0.0f : m > 1.0f ? 1.0f : m;
     }
 done:
-    free(b);
-    free(a);
+    kern3_free(&k1);
+    kern3_free(&k2);
+    free(rt);
+    free(t2);
+    free(sm);
     free(dark);
-    return rc;
+    free(tmp);
+    free(bg);
+    return rc == 0 ? 0 : cnx_error_set(CNX_ENOMEM, 0,
+                                       "segment: out of memory");
+}
+
+int seg__membrane_filter(const float *img, const int64_t size[3],
+                         const seg_cfg *p, float *out)
+{
+    static const int64_t zero[3] = {0, 0, 0};
+    return seg__membrane_filter_region(img, size, p, zero, size, out);
 }

@@ -147,4 +147,15 @@ int seg__agglomerate_graph(uint32_t nnodes, const uint64_t *sizes,
 int seg__membrane_filter(const float *img, const int64_t size[3],
                          const seg_cfg *p, float *out);
 
+/**
+ * The same filter, written for the region at lo of size osize only (out:
+ * osize voxels): the shading still over the whole volume, the rest over
+ * the region grown by its footprint, each term stretched by its
+ * percentiles over the region. lo = 0, osize = size: the filter above.
+ * @return 0; CNX_ENOMEM.
+ */
+int seg__membrane_filter_region(const float *img, const int64_t size[3],
+                                const seg_cfg *p, const int64_t lo[3],
+                                const int64_t osize[3], float *out);
+
 #endif

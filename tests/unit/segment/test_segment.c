@@ -34,6 +34,7 @@
 
 #include "cnx/error.h"
 #include "cnx/metrics.h"
+#include "cnx/segjoin.h"
 #include "cnx/segment_io.h"
 #include "cnx/synth.h"
 #include "cnx_test.h"
@@ -1490,6 +1491,58 @@ static void crop(const uint32_t *labels, int64_t lo, int64_t hi, int64_t c0,
                     labels[(size_t)((x - lo) + e * ((y - lo) + e * (z - lo)))];
 }
 
+/* Dense numbers (1..) for the ids of n labels, in order of first sight. */
+static void dense_ids(const uint64_t *ids, size_t n, uint32_t *out)
+{
+    uint64_t *seen = malloc(n * sizeof(*seen));
+    size_t nseen = 0;
+    assert_non_null(seen);
+    for (size_t i = 0; i < n; i++) {
+        size_t k = 0;
+        while (k < nseen && seen[k] != ids[i])
+            k++;
+        if (k == nseen)
+            seen[nseen++] = ids[i];
+        out[i] = (uint32_t)(k + 1);
+    }
+    free(seen);
+}
+
+/* cnx_segjoin_chunk on [lo, hi)^3 of an s^3 image for the chunk [c0,
+ * c1)^3: the fraction of its voxels partitioned otherwise than want. */
+static double chunk_path_disagreement(const uint8_t *img, int64_t s,
+                                      int64_t lo, int64_t hi, int64_t c0,
+                                      int64_t c1, const cnx_segment_params *p,
+                                      const uint32_t *want)
+{
+    const int64_t e = hi - lo, ce = c1 - c0;
+    const size_t n = (size_t)(e * e * e), cn = (size_t)(ce * ce * ce);
+    cnx_box bbox = {{lo, lo, lo}, {hi, hi, hi}}, roi = {{c0, c0, c0},
+                                                       {c1, c1, c1}};
+    uint8_t *box = malloc(n), *face = NULL;
+    uint64_t *ids = malloc(cn * sizeof(*ids));
+    uint32_t *got = malloc(cn * sizeof(*got));
+    size_t face_len = 0;
+    double diff;
+    assert_true(box && ids && got);
+    for (int64_t z = 0; z < e; z++)
+        for (int64_t y = 0; y < e; y++)
+            memcpy(box + (size_t)(e * (y + e * z)),
+                   img + (size_t)(lo + s * ((lo + y) + s * (lo + z))),
+                   (size_t)e);
+    assert_int_equal(cnx_segjoin_chunk(box, CNX_DT_UINT8, &bbox, &roi, p, ids,
+                                       &face, &face_len),
+                     0);
+    assert_true(face_len > 0);
+    dense_ids(ids, cn, got);
+    diff = partition_disagreement(got, want, cn);
+    free(face);
+    free(got);
+    free(ids);
+    free(box);
+    return diff;
+}
+
 /*
  * Chunked versus whole: the interior chunk [32, 64)^3 of a 96^3 cnx-synth
  * image (raw input), segmented on the chunk grown by cnx_segment_halo and
@@ -1555,6 +1608,14 @@ static void test_segment__chunk_with_halo_matches_whole(void **state)
                   diff * (double)cn, 100.0 * diff0);
     assert_true(diff < 0.005);
     assert_true(diff0 > 0.005);
+    /* What the segment stage runs (cnx_segjoin_chunk): here the context
+     * (32 voxels) reaches past the halo, so the seeds see all that was
+     * read and the labels partition the chunk as above, exactly. (Where
+     * the halo is larger, ISBI 2012's chunked test measures the context's
+     * effect: tests/integration/segment_isbi_chunked.sh.) */
+    assert_int_equal(cnx_segment_context(&p), 32);
+    assert_true(chunk_path_disagreement(synth->image->data, s, lo, hi, c0,
+                                        c1, &p, got) == 0.0);
     /* The measure itself: 0 for one partition under other numbers. */
     for (size_t i = 0; i < cn; i++)
         got[i] = want[i] * 7 + 3;
@@ -1564,6 +1625,53 @@ static void test_segment__chunk_with_halo_matches_whole(void **state)
     free(want);
     free(grown);
     free(whole);
+}
+
+/*
+ * The boundary of a region: without raw_input the region's values of the
+ * whole call; with it, the whole call when the region is the volume, and
+ * a region off the volume refused.
+ */
+static void test_segment__boundary_region(void **state)
+{
+    const int64_t size[3] = {24, 20, 16}, lo[3] = {3, 5, 2},
+                  osize[3] = {10, 9, 8}, zero[3] = {0, 0, 0};
+    const size_t n = 24 * 20 * 16, on = 10 * 9 * 8;
+    uint8_t *u = malloc(n);
+    float *whole = malloc(n * sizeof(float)), *reg = malloc(n * sizeof(float));
+    cnx_segment_params p;
+    size_t k = 0;
+    (void)state;
+    assert_true(u && whole && reg);
+    for (size_t i = 0; i < n; i++)
+        u[i] = (uint8_t)(((uint32_t)i * 2654435761u) >> 24);
+    cnx_segment_params_default(&p);
+    assert_int_equal(cnx_segment_boundary_u8(u, size, &p, whole), 0);
+    assert_int_equal(
+        cnx_segment_boundary_u8_region(u, size, &p, lo, osize, reg), 0);
+    for (int64_t z = lo[2]; z < lo[2] + osize[2]; z++)
+        for (int64_t y = lo[1]; y < lo[1] + osize[1]; y++)
+            for (int64_t x = lo[0]; x < lo[0] + osize[0]; x++)
+                assert_true(reg[k++] ==
+                            whole[(size_t)(x + 24 * (y + 20 * z))]);
+    assert_int_equal(k, on);
+    p.raw_input = 1;
+    assert_int_equal(cnx_segment_boundary_u8(u, size, &p, whole), 0);
+    assert_int_equal(
+        cnx_segment_boundary_u8_region(u, size, &p, zero, size, reg), 0);
+    assert_memory_equal(reg, whole, n * sizeof(float));
+    {
+        const int64_t off[3] = {20, 0, 0};
+        assert_int_equal(
+            cnx_segment_boundary_u8_region(u, size, &p, off, osize, reg),
+            CNX_EINVAL);
+        assert_int_equal(
+            cnx_segment_boundary_u8_region(u, size, &p, NULL, osize, reg),
+            CNX_EINVAL);
+    }
+    free(reg);
+    free(whole);
+    free(u);
 }
 
 /* nodata_zero: voxels of value 0 (no data) are boundary after the filter;
@@ -1784,6 +1892,7 @@ int main(void)
         cmocka_unit_test(test_segment__membrane_filter_finds_dark_line),
         cmocka_unit_test(test_segment__synth_volume_scores),
         cmocka_unit_test(test_segment__chunk_with_halo_matches_whole),
+        cmocka_unit_test(test_segment__boundary_region),
         cmocka_unit_test(test_segment__agglomerate_graph_matches_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
