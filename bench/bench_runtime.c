@@ -251,6 +251,26 @@ static void part1(const char *boot, const char *dir, int repeat)
 
 /* ---- part 2 ------------------------------------------------------------ */
 
+/* Plan the noop stage from src to dst (both made) as request: *o filled,
+ * its task documents in *tasks (n of them). */
+static void plan_noop(cnx_submit_opts *o, const char *src, const char *dst,
+                      const cnx_layer_info *info, const char *request,
+                      char ***tasks, size_t *n)
+{
+    memset(o, 0, sizeof(*o));
+    o->stage = "noop";
+    o->kernel_version = 1;
+    o->input_role = "source";
+    o->layer = src;
+    o->output_layer = dst;
+    o->output_scale = info->scales[0].key;
+    o->request = request;
+    o->deadline = "2030-01-01T00:00:00Z";
+    o->retry_budget = 3;
+    if (cnx_submit_plan(o, tasks, n) != 0)
+        die("plan");
+}
+
 static void part2(const char *self, const char *boot, const char *dir,
                   int ntasks, int nworkers)
 {
@@ -283,18 +303,7 @@ static void part2(const char *self, const char *boot, const char *dir,
         die("key");
     cnx_key_free(key);
 
-    memset(&o, 0, sizeof(o));
-    o.stage = "noop";
-    o.kernel_version = 1;
-    o.input_role = "source";
-    o.layer = src;
-    o.output_layer = dst;
-    o.output_scale = info.scales[0].key;
-    o.request = "bench";
-    o.deadline = "2030-01-01T00:00:00Z";
-    o.retry_budget = 3;
-    if (cnx_submit_plan(&o, &tasks, &n) != 0)
-        die("plan");
+    plan_noop(&o, src, dst, &info, "bench", &tasks, &n);
     for (int w = 0; w < nworkers; w++) {
         char inst[32];
         snprintf(inst, sizeof(inst), "bench-%d", w);
@@ -415,18 +424,7 @@ static int prefetch_run(const char *self, const char *boot, const char *dir,
     if (cnx_layer_create(&layer, dst, info) != 0)
         die("prefetch output layer");
     cnx_layer_free(layer);
-    memset(&o, 0, sizeof(o));
-    o.stage = "noop";
-    o.kernel_version = 1;
-    o.input_role = "source";
-    o.layer = src;
-    o.output_layer = dst;
-    o.output_scale = info->scales[0].key;
-    o.request = request;
-    o.deadline = "2030-01-01T00:00:00Z";
-    o.retry_budget = 3;
-    if (cnx_submit_plan(&o, &tasks, &n) != 0)
-        die("prefetch plan");
+    plan_noop(&o, src, dst, info, request, &tasks, &n);
     pid = fork();
     if (pid == 0) {
         execl(self, self, "--worker", "--brokers", boot, "--key", keypath,
