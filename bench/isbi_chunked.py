@@ -20,9 +20,10 @@ usage: isbi_chunked.py (--layer DIR | --chunked FILE) [--whole FILE]
 --whole: a whole-volume run made elsewhere (segjoin_tool --whole on the
 ingested layer, uint32); it must equal run_ours's labels voxel for voxel
 (the same kernel, parameters and resolution), else exit 1.
-Exit status 0 if the chunked VI split and VI merge are each within
---max-diff (default 0.02) of the whole-volume run's, 1 if not, 2 on a
-usage or setup error.
+Exit status 0 if the chunked VI split and VI merge are each no more than
+--max-diff (default 0.02) above the whole-volume run's (chunking must
+not cost quality; a chunked result that scores better against the
+ground truth passes), 1 if not, 2 on a usage or setup error.
 """
 
 import argparse
@@ -111,12 +112,12 @@ def main(argv):
     if c[0] + c[1] > 0.50:
         print("note: chunked VI sum %.3f is over 0.50 by %.3f"
               % (c[0] + c[1], c[0] + c[1] - 0.50))
-    if abs(d[0]) > a.max_diff or abs(d[1]) > a.max_diff:
-        print("FAIL: chunked differs from the whole stack by more than "
+    if d[0] > a.max_diff or d[1] > a.max_diff:
+        print("FAIL: chunked is worse than the whole stack by more than "
               "%.3f VI (split %+.3f, merge %+.3f)" % (a.max_diff, d[0], d[1]))
         return 1
-    print("PASS: chunked within %.3f VI of the whole stack (split %+.3f, "
-          "merge %+.3f)" % (a.max_diff, d[0], d[1]))
+    print("PASS: chunked no more than %.3f VI worse than the whole stack "
+          "(split %+.3f, merge %+.3f)" % (a.max_diff, d[0], d[1]))
     return 0
 
 

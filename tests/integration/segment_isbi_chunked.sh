@@ -7,7 +7,8 @@
 # parameters and the halo the planner derives for it (tests/support/
 # plan_tool, the workflow pinning none), scored per section against the
 # ISBI labels as bench/isbi_eval.py scores, beside the same kernel on the
-# whole stack (isbi_eval's run_ours): VI split and merge each within 0.02
+# whole stack (isbi_eval's run_ours): VI split and merge each at most 0.02
+# above the whole stack's
 # (bench/isbi_chunked.py). Also checked: segjoin_tool --whole on the layer
 # equals isbi_eval's whole-stack run voxel for voxel (segjoin_tool takes
 # the layer's resolution, as the segment stage does), and the planner's

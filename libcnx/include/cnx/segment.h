@@ -187,8 +187,8 @@ cnx_segment_mode cnx_segment_mode_of(const cnx_segment_params *p);
 int64_t cnx_segment_halo(const cnx_segment_params *p);
 
 /**
- * The context of a chunk of raw input: four times the seeds' room of
- * cnx_segment_halo (16 seed distances, at least 32 voxels; the larger over
+ * The context of a chunk of raw input: eight times the seeds' room of
+ * cnx_segment_halo (32 seed distances, at least 64 voxels; the larger over
  * the axes). Such a chunk is filtered over all it was read with (the
  * halo is mostly the shading's footprint) and segmented (seeds, watershed,
  * agglomeration) over the chunk grown by this much, clipped to what was

@@ -1609,11 +1609,12 @@ static void test_segment__chunk_with_halo_matches_whole(void **state)
     assert_true(diff < 0.005);
     assert_true(diff0 > 0.005);
     /* What the segment stage runs (cnx_segjoin_chunk): here the context
-     * (32 voxels) reaches past the halo, so the seeds see all that was
+     * (64 voxels) reaches past the halo, so the seeds see all that was
      * read and the labels partition the chunk as above, exactly. (Where
-     * the halo is larger, ISBI 2012's chunked test measures the context's
-     * effect: tests/integration/segment_isbi_chunked.sh.) */
-    assert_int_equal(cnx_segment_context(&p), 32);
+     * the halo is larger, ISBI 2012's chunked test and align_test measure
+     * the context's effect: tests/integration/segment_isbi_chunked.sh,
+     * acceptance/align_test.sh.) */
+    assert_int_equal(cnx_segment_context(&p), 64);
     assert_true(chunk_path_disagreement(synth->image->data, s, lo, hi, c0,
                                         c1, &p, got) == 0.0);
     /* The measure itself: 0 for one partition under other numbers. */
