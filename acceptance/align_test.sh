@@ -54,18 +54,6 @@ IFS=, read -r SX SY SZ <<<"$SHAPE"
 start_broker 4
 start_controller
 
-start_pool() { # workers per map stage, tag
-  local i
-  for i in $(seq "$1"); do start_stage_worker cnx-montage montage "montage-$2-$i"; done
-  for i in $(seq "$1"); do start_stage_worker cnx-align align-match "match-$2-$i"; done
-  start_stage_worker cnx-align align-solve "solve-$2"
-  for i in $(seq "$1"); do start_stage_worker cnx-align align-render "render-$2-$i"; done
-  for i in $(seq "$1"); do start_stage_worker cnx-segment segment "seg-$2-$i"; done
-  start_stage_worker cnx-segment segment-join "join-$2"
-  start_stage_worker cnx-segment segment-relabel "relabel-$2"
-  start_stage_worker cnx-mesh mesh "mesh-$2"
-  start_stage_worker cnx-mesh mesh-manifest "manifest-$2"
-}
 reprocess() { # workflow, request id
   set +e
   "$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow "$1" \
@@ -77,7 +65,7 @@ reprocess() { # workflow, request id
 }
 
 # 1. The chain, two workers per map stage.
-start_pool 2 a
+start_pipeline_pool 2 a
 t0=$SECONDS
 reprocess pipeline chain-first
 echo "pipeline (tiles to meshes): $((SECONDS - t0)) s"
@@ -124,7 +112,7 @@ check "alignment and segmentation against the truth (align_check.py: numpy + sci
 
 # 4. Again, one worker per map stage: bit-identical.
 stop_workers
-start_pool 1 b
+start_pipeline_pool 1 b
 reprocess pipeline chain-second
 check "second run exits 0 (rc $RC)" [ "$RC" -eq 0 ]
 check "second run: every repeated task bit-identical" "$PY" -c 'import json, sys

@@ -141,6 +141,22 @@ start_stage_worker() { # binary, stage, instance: one worker of a multi-stage bi
   PIDS+=($!)
 }
 
+start_pipeline_pool() { # workers per map stage, tag: the workers of workflows/pipeline.json
+  # (one per reduce stage), instances named STAGE-TAG-I
+  local i
+  for i in $(seq "$1"); do
+    start_stage_worker cnx-montage montage "montage-$2-$i"
+    start_stage_worker cnx-align align-match "match-$2-$i"
+    start_stage_worker cnx-align align-render "render-$2-$i"
+    start_stage_worker cnx-segment segment "seg-$2-$i"
+    start_stage_worker cnx-segment segment-relabel "relabel-$2-$i"
+    start_stage_worker cnx-mesh mesh "mesh-$2-$i"
+  done
+  start_stage_worker cnx-align align-solve "solve-$2"
+  start_stage_worker cnx-segment segment-join "join-$2"
+  start_stage_worker cnx-mesh mesh-manifest "manifest-$2"
+}
+
 start_segmentation_pool() { # [fragment workers]: the workers of workflows/segmentation*.json
   local i
   for i in $(seq "${1:-2}"); do start_stage_worker cnx-segment segment "seg-$i"; done

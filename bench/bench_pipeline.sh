@@ -79,15 +79,7 @@ run_one() { # label, bin dir, source dir, data dir
   rm -rf "$WORK/keys" "$WORK/ckeys" "$WORK/trust" "$WORK/ledger.db"
   start_broker 4
   start_controller
-  for i in $(seq "$NW"); do start_stage_worker cnx-montage montage "$label-montage-$i"; done
-  for i in $(seq "$NW"); do start_stage_worker cnx-align align-match "$label-match-$i"; done
-  start_stage_worker cnx-align align-solve "$label-solve"
-  for i in $(seq "$NW"); do start_stage_worker cnx-align align-render "$label-render-$i"; done
-  for i in $(seq "$NW"); do start_stage_worker cnx-segment segment "$label-seg-$i"; done
-  start_stage_worker cnx-segment segment-join "$label-join"
-  for i in $(seq "$NW"); do start_stage_worker cnx-segment segment-relabel "$label-relabel-$i"; done
-  for i in $(seq "$NW"); do start_stage_worker cnx-mesh mesh "$label-mesh-$i"; done
-  start_stage_worker cnx-mesh mesh-manifest "$label-manifest"
+  start_pipeline_pool "$NW" "$label"
   echo "$label: cnx-reprocess --workflow pipeline over $SHAPE, $NW workers per map stage ..."
   t0=$(date +%s.%N)
   set +e
