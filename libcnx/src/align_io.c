@@ -15,70 +15,24 @@
 #include "cnx/align_io.h"
 #include "cnx/error.h"
 #include "json_int.h"
+#include "param_io_int.h"
 
 #define WHAT "align: parameters"
 
 int cnx_align_params_parse(const char *json, cnx_align_params *p)
 {
-    static const char *const keys[] = {"stride",
-                                       "patch",
-                                       "search",
-                                       "patch_search",
-                                       "min_peak_ratio",
-                                       "max_deviation",
-                                       "min_valid",
-                                       "stiffness",
-                                       "block",
-                                       "overlap",
-                                       "normalize",
-                                       "highpass",
-                                       "bin",
-                                       "anchor",
-                                       NULL};
-    cnx_align_params q;
-    json_t *js = NULL;
+    cnx_align_params tmp, q;
     int rc;
-    cnx_align_params_default(&q);
-    rc = cnx__json_params(&js, json, keys, WHAT);
-    if (rc == 0)
-        rc = cnx__json_param_int(js, "stride", 8, 4096, WHAT, &q.stride);
-    if (rc == 0)
-        rc = cnx__json_param_int(js, "patch", 16, 4096, WHAT, &q.patch);
-    if (rc == 0)
-        rc = cnx__json_param_int(js, "search", 0, 4096, WHAT, &q.search);
-    if (rc == 0)
-        rc = cnx__json_param_int(js, "patch_search", 1, 256, WHAT,
-                                 &q.patch_search);
-    if (rc == 0)
-        rc = cnx__json_param_int(js, "highpass", 0, 256, WHAT, &q.highpass);
-    if (rc == 0)
-        rc = cnx__json_param_int(js, "bin", 1, 16, WHAT, &q.bin);
-    if (rc == 0)
-        rc = cnx__json_param_int(js, "block", 2, 1000000, WHAT, &q.block);
-    if (rc == 0)
-        rc = cnx__json_param_int(js, "overlap", 1, 500000, WHAT, &q.overlap);
-    if (rc == 0)
-        rc = cnx__json_param_number(js, "min_peak_ratio", 1, 1e6, 0, WHAT,
-                                    &q.min_peak_ratio);
-    if (rc == 0)
-        rc = cnx__json_param_number(js, "max_deviation", 0, 1e6, 1, WHAT,
-                                    &q.max_deviation);
-    if (rc == 0)
-        rc = cnx__json_param_number(js, "min_valid", 0, 1, 0, WHAT,
-                                    &q.min_valid);
-    if (rc == 0)
-        rc = cnx__json_param_number(js, "stiffness", 0, 1e6, 1, WHAT,
-                                    &q.stiffness);
-    if (rc == 0)
-        rc = cnx__json_param_number(js, "anchor", 0, 1, 0, WHAT, &q.anchor);
-    if (rc == 0)
-        rc = cnx__json_param_flag(js, "normalize", WHAT, &q.normalize);
-    json_decref(js);
-    if (rc == 0 && cnx_align_params_check(&q) != 0) {
-        char why[512];
-        snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
-        rc = cnx_error_set(CNX_ESCHEMA, 0, "%s", why);
-    }
+    cnx_align_params_default(&tmp);
+    rc = cnx__param_json_parse(json, cnx_align_param_bounds, WHAT, &tmp, &q,
+                               sizeof(q));
+    /* The table's ranges held, so the kernel's check can only refuse the
+     * one bound across fields: overlap <= block / 2. */
+    if (rc == 0 && cnx_align_params_check(&q) != 0)
+        rc = cnx_error_set(CNX_ESCHEMA, 0,
+                           "%s.overlap: must be an integer in [1, block / 2] "
+                           "(block %lld)",
+                           WHAT, (long long)q.block);
     if (rc == 0)
         *p = q;
     return rc;

@@ -38,6 +38,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cnx/param.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -96,8 +98,18 @@ typedef struct cnx_align_params {
 /** Fill p with the defaults given with each field above. */
 void cnx_align_params_default(cnx_align_params *p);
 
-/** @return 0, or CNX_EINVAL naming the field and its range. */
+/** @return 0, or CNX_EINVAL naming the field out of its range (the
+ *  bounds table's, then overlap <= block / 2). */
 int cnx_align_params_check(const cnx_align_params *p);
+
+/**
+ * The bounds table of cnx_align_params (cnx/param.h): what the defaults,
+ * the check and the JSON parser (cnx/align_io.h) read. overlap's table
+ * bound is its widest; the check also holds it to block / 2.
+ * @param[out] n  its number of rows
+ * @return the rows (static, borrowed).
+ */
+const cnx_param *cnx_align_param_bounds(size_t *n);
 
 /** The node grid of a section w x h at (x0, y0): nodes at
  * (x0 + ox + i * stride, y0 + oy + j * stride), i < nx, j < ny, spread so

@@ -29,59 +29,52 @@
 #define COARSE_MAX_SIDE 512
 #define COARSE_SHRINK 2
 
+/* ---- parameters ---------------------------------------------------------- */
+
+#define ROW(field, kind, lo, hi, open_lo, def, unit)                           \
+    CNX_PARAM_ROW(cnx_align_params, field, kind, lo, hi, open_lo, def, unit)
+
+/* overlap's upper bound is block / 2, checked after the table. */
+static const cnx_param bounds[] = {
+    ROW(stride, CNX_PARAM_INT64, 8, 4096, 0, 32, "px"),
+    ROW(patch, CNX_PARAM_INT64, 16, 4096, 0, 64, "px"),
+    ROW(search, CNX_PARAM_INT64, 0, 4096, 0, 64, "px"),
+    ROW(patch_search, CNX_PARAM_INT64, 1, 256, 0, 8, "px"),
+    ROW(highpass, CNX_PARAM_INT64, 0, 256, 0, 8, "px"),
+    ROW(bin, CNX_PARAM_INT64, 1, 16, 0, 1, ""),
+    ROW(block, CNX_PARAM_INT64, 2, 1000000, 0, 128, "sections"),
+    ROW(overlap, CNX_PARAM_INT64, 1, 500000, 0, 32, "sections"),
+    ROW(min_peak_ratio, CNX_PARAM_REAL, 1.0, 1e6, 0, 2.5, ""),
+    ROW(max_deviation, CNX_PARAM_REAL, 0.0, 1e6, 1, 2.0, "px"),
+    ROW(min_valid, CNX_PARAM_REAL, 0.0, 1.0, 0, 0.1, ""),
+    ROW(stiffness, CNX_PARAM_REAL, 0.0, 1e6, 1, 0.05, ""),
+    ROW(anchor, CNX_PARAM_REAL, 0.0, 1.0, 0, 1e-4, ""),
+    ROW(normalize, CNX_PARAM_FLAG, 0, 1, 0, 1, ""),
+};
+
+const cnx_param *cnx_align_param_bounds(size_t *n)
+{
+    *n = sizeof(bounds) / sizeof(bounds[0]);
+    return bounds;
+}
+
 void cnx_align_params_default(cnx_align_params *p)
 {
-    p->stride = 32;
-    p->patch = 64;
-    p->search = 64;
-    p->patch_search = 8;
-    p->highpass = 8;
-    p->bin = 1;
-    p->min_peak_ratio = 2.5;
-    p->max_deviation = 2.0;
-    p->min_valid = 0.1;
-    p->stiffness = 0.05;
-    p->anchor = 1e-4;
-    p->block = 128;
-    p->overlap = 32;
-    p->normalize = 1;
+    memset(p, 0, sizeof(*p));
+    cnx_param_defaults(bounds, sizeof(bounds) / sizeof(bounds[0]), p);
 }
 
 int cnx_align_params_check(const cnx_align_params *p)
 {
-    const char *field = NULL, *range = NULL;
-    if (p->stride < 8 || p->stride > 4096)
-        field = "stride", range = "an integer in [8, 4096]";
-    else if (p->patch < 16 || p->patch > 4096)
-        field = "patch", range = "an integer in [16, 4096]";
-    else if (p->search < 0 || p->search > 4096)
-        field = "search", range = "an integer in [0, 4096]";
-    else if (p->patch_search < 1 || p->patch_search > 256)
-        field = "patch_search", range = "an integer in [1, 256]";
-    else if (p->bin < 1 || p->bin > 16)
-        field = "bin", range = "an integer in [1, 16]";
-    else if (p->highpass < 0 || p->highpass > 256)
-        field = "highpass", range = "an integer in [0, 256]";
-    else if (!(p->min_peak_ratio >= 1.0 && p->min_peak_ratio <= 1e6))
-        field = "min_peak_ratio", range = "a number in [1, 1e6]";
-    else if (!(p->max_deviation > 0.0 && p->max_deviation <= 1e6))
-        field = "max_deviation", range = "a number in (0, 1e6]";
-    else if (!(p->min_valid >= 0.0 && p->min_valid <= 1.0))
-        field = "min_valid", range = "a number in [0, 1]";
-    else if (!(p->stiffness > 0.0 && p->stiffness <= 1e6))
-        field = "stiffness", range = "a number in (0, 1e6]";
-    else if (!(p->anchor >= 0.0 && p->anchor <= 1.0))
-        field = "anchor", range = "a number in [0, 1]";
-    else if (p->block < 2 || p->block > 1000000)
-        field = "block", range = "an integer in [2, 1000000]";
-    else if (p->overlap < 1 || p->overlap > p->block / 2)
-        field = "overlap", range = "an integer in [1, block / 2]";
-    else if (p->normalize != 0 && p->normalize != 1)
-        field = "normalize", range = "0 or 1";
-    if (field != NULL)
-        return cnx_error_set(CNX_EINVAL, 0, "align: parameters.%s: must be %s",
-                             field, range);
-    return 0;
+    int rc;
+    if (p == NULL)
+        return cnx_error_set(CNX_EINVAL, 0, "align: no parameters");
+    rc = cnx_param_check(bounds, sizeof(bounds) / sizeof(bounds[0]), p,
+                         "align");
+    if (rc == 0 && p->overlap > p->block / 2)
+        rc = cnx_error_set(CNX_EINVAL, 0,
+                           "align: overlap: out of range (over block / 2)");
+    return rc;
 }
 
 /* Nodes along one axis of extent n: count and first position. */

@@ -435,7 +435,7 @@ static void test_align_params__each_field_range_checked_and_named(void **state)
         if (rc != CNX_EINVAL)
             fail_msg("%s = %lld / %g: rc %d", c->field, (long long)c->iv, c->dv,
                      rc);
-        snprintf(want, sizeof(want), "parameters.%s:", named);
+        snprintf(want, sizeof(want), "align: %s: out of range", named);
         if (strstr(cnx_error_last()->message, want) == NULL)
             fail_msg("%s: message '%s' does not name it", c->field,
                      cnx_error_last()->message);

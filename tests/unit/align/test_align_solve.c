@@ -793,10 +793,10 @@ static void test_align_solve__bad_input_is_refused(void **state)
     params(&p, 128, 32, K_EXACT);
     bad = p;
     bad.stiffness = 0.0;
-    expect_einval(&s, &s.grid, s.nz, s.m, s.nm, &bad, "parameters.stiffness");
+    expect_einval(&s, &s.grid, s.nz, s.m, s.nm, &bad, "align: stiffness: out of range");
     bad = p;
     bad.overlap = 100;
-    expect_einval(&s, &s.grid, s.nz, s.m, s.nm, &bad, "parameters.overlap");
+    expect_einval(&s, &s.grid, s.nz, s.m, s.nm, &bad, "align: overlap: out of range");
     expect_einval(&s, &s.grid, 0, s.m, s.nm, &p, "align: nz 0");
     g = s.grid;
     g.nx = 0;
