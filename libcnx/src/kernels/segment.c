@@ -339,13 +339,13 @@ static int region_check(const int64_t size[3], const int64_t lo[3],
     return 0;
 }
 
-/* Index in the volume of voxel i of the region (x fastest). */
-static size_t region_at(const int64_t size[3], const seg_region *r, size_t i)
+/* Index in the volume of the first voxel of row j (y + size_y * z) of the
+ * region; the row's voxels follow it (x fastest). */
+static size_t region_row(const int64_t size[3], const seg_region *r,
+                         int64_t j)
 {
-    const int64_t x = (int64_t)i % r->size[0];
-    const int64_t y = (int64_t)i / r->size[0] % r->size[1];
-    const int64_t z = (int64_t)i / (r->size[0] * r->size[1]);
-    return (size_t)(r->lo[0] + x +
+    const int64_t y = j % r->size[1], z = j / r->size[1];
+    return (size_t)(r->lo[0] +
                     size[0] * (r->lo[1] + y + size[1] * (r->lo[2] + z)));
 }
 
@@ -369,17 +369,20 @@ int cnx_segment_boundary_u8_region(const uint8_t *in, const int64_t size[3],
     seg_cfg c;
     seg_region r;
     float *img;
-    size_t n, on;
+    size_t n;
     int rc = check_call(in, size, p, boundary_out, &g, &c);
     if (rc == 0)
         rc = region_check(size, lo, osize, &r);
     if (rc != 0)
         return rc;
     n = voxels_of(size);
-    on = voxels_of(r.size);
     if (!p->raw_input) {
-        for (size_t i = 0; i < on; i++)
-            boundary_out[i] = (float)in[region_at(size, &r, i)] / 255.0f;
+        for (int64_t j = 0; j < r.size[1] * r.size[2]; j++) {
+            const uint8_t *src = in + region_row(size, &r, j);
+            float *dst = boundary_out + (size_t)(j * r.size[0]);
+            for (int64_t x = 0; x < r.size[0]; x++)
+                dst[x] = (float)src[x] / 255.0f;
+        }
         return 0;
     }
     img = malloc(n * sizeof(*img));
@@ -401,9 +404,14 @@ int cnx_segment_boundary_u8_region(const uint8_t *in, const int64_t size[3],
                 img[i] = cnt > 0 ? (float)(sum / (double)cnt) : 0.0f;
     }
     rc = filter_raw(img, size, &c, &r, boundary_out);
-    for (size_t i = 0; rc == 0 && p->nodata_zero && i < on; i++)
-        if (in[region_at(size, &r, i)] == 0)
-            boundary_out[i] = 1.0f;
+    for (int64_t j = 0; rc == 0 && p->nodata_zero && j < r.size[1] * r.size[2];
+         j++) {
+        const uint8_t *src = in + region_row(size, &r, j);
+        float *dst = boundary_out + (size_t)(j * r.size[0]);
+        for (int64_t x = 0; x < r.size[0]; x++)
+            if (src[x] == 0)
+                dst[x] = 1.0f;
+    }
     free(img);
     return rc;
 }
@@ -459,17 +467,20 @@ int cnx_segment_boundary_f32_region(const float *in, const int64_t size[3],
     seg_cfg c;
     seg_region r;
     float *img;
-    size_t n, on;
+    size_t n;
     int rc = check_call(in, size, p, boundary_out, &g, &c);
     if (rc == 0)
         rc = region_check(size, lo, osize, &r);
     if (rc != 0)
         return rc;
     n = voxels_of(size);
-    on = voxels_of(r.size);
     if (!p->raw_input) {
-        for (size_t i = 0; i < on; i++)
-            boundary_out[i] = clamp01(in[region_at(size, &r, i)], 1.0f);
+        for (int64_t j = 0; j < r.size[1] * r.size[2]; j++) {
+            const float *src = in + region_row(size, &r, j);
+            float *dst = boundary_out + (size_t)(j * r.size[0]);
+            for (int64_t x = 0; x < r.size[0]; x++)
+                dst[x] = clamp01(src[x], 1.0f);
+        }
         return 0;
     }
     img = malloc(n * sizeof(*img));
