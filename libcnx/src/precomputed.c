@@ -90,6 +90,86 @@ static int copy_key(char *dst, const json_t *value, const char *what)
     return 0;
 }
 
+/* One of two encodings ("raw" when absent), by name. */
+static int parse_shard_encoding(cnx_shard_encoding *out, const json_t *v,
+                                int idx, const char *field)
+{
+    const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+    if (v == NULL || (s != NULL && strcmp(s, "raw") == 0)) {
+        *out = CNX_SHARD_ENC_RAW;
+        return 0;
+    }
+    if (s != NULL && strcmp(s, "gzip") == 0) {
+        *out = CNX_SHARD_ENC_GZIP;
+        return 0;
+    }
+    return cnx_error_set(CNX_ECORRUPT, 0,
+                         "info: scales[%d].sharding.%s: must be \"raw\" or "
+                         "\"gzip\"",
+                         idx, field);
+}
+
+/* A scale's "sharding" member (neuroglancer_uint64_sharded_v1). Members we
+ * do not know are ignored: the format lets writers add their own. */
+static int parse_sharding(cnx_sharding *sh, const json_t *js, int idx)
+{
+    static const char *const bits[] = {"preshift_bits", "minishard_bits",
+                                       "shard_bits"};
+    int *const dst[] = {&sh->preshift_bits, &sh->minishard_bits,
+                        &sh->shard_bits};
+    const json_t *v;
+    const char *s;
+    int rc;
+
+    if (!json_is_object(js))
+        return cnx_error_set(CNX_ECORRUPT, 0,
+                             "info: scales[%d].sharding: must be an object",
+                             idx);
+    v = json_object_get(js, "@type");
+    if (!json_is_string(v) || strcmp(json_string_value(v),
+                                     "neuroglancer_uint64_sharded_v1") != 0)
+        return cnx_error_set(CNX_ECORRUPT, 0,
+                             "info: scales[%d].sharding.@type: must be "
+                             "\"neuroglancer_uint64_sharded_v1\"",
+                             idx);
+    for (int i = 0; i < 3; i++) {
+        v = json_object_get(js, bits[i]);
+        if (!cnx__json_int_in(v, 0, 64))
+            return cnx_error_set(CNX_ECORRUPT, 0,
+                                 "info: scales[%d].sharding.%s: must be an "
+                                 "integer in 0..64",
+                                 idx, bits[i]);
+        *dst[i] = (int)json_integer_value(v);
+    }
+    v = json_object_get(js, "hash");
+    s = json_is_string(v) ? json_string_value(v) : "";
+    if (strcmp(s, "identity") == 0)
+        sh->hash = CNX_SHARD_HASH_IDENTITY;
+    else if (strcmp(s, "murmurhash3_x86_128") == 0)
+        sh->hash = CNX_SHARD_HASH_MURMUR3;
+    else
+        return cnx_error_set(CNX_ECORRUPT, 0,
+                             "info: scales[%d].sharding.hash: must be "
+                             "\"identity\" or \"murmurhash3_x86_128\"",
+                             idx);
+    rc = parse_shard_encoding(&sh->minishard_index_encoding,
+                              json_object_get(js, "minishard_index_encoding"),
+                              idx, "minishard_index_encoding");
+    if (rc == 0)
+        rc = parse_shard_encoding(&sh->data_encoding,
+                                  json_object_get(js, "data_encoding"), idx,
+                                  "data_encoding");
+    if (rc != 0)
+        return rc;
+    if (cnx_sharding_check(sh) != 0) {
+        char why[sizeof(cnx_error_last()->message)];
+        snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
+        return cnx_error_set(CNX_ECORRUPT, 0, "info: scales[%d].%s", idx,
+                             why);
+    }
+    return 0;
+}
+
 static int parse_scale(cnx_scale *sc, const json_t *js, int idx,
                        const cnx_layer_info *info)
 {
@@ -151,12 +231,15 @@ static int parse_scale(cnx_scale *sc, const json_t *js, int idx,
                         CNX_ECORRUPT, what);
     if (rc != 0)
         return rc;
-    if (json_object_get(js, "sharding") != NULL &&
-        !json_is_null(json_object_get(js, "sharding")))
-        return cnx_error_set(CNX_EUNSUPPORTED, 0,
-                             "info: scales[%d]: sharded layers are not "
-                             "supported yet",
-                             idx);
+    v = json_object_get(js, "sharding");
+    sc->sharded = 0;
+    memset(&sc->sharding, 0, sizeof(sc->sharding));
+    if (v != NULL && !json_is_null(v)) {
+        rc = parse_sharding(&sc->sharding, v, idx);
+        if (rc != 0)
+            return rc;
+        sc->sharded = 1;
+    }
     v = json_object_get(js, "encoding");
     enc = json_is_string(v) ? json_string_value(v) : NULL;
     if (enc == NULL)
@@ -303,6 +386,31 @@ static json_t *json_ivec(const int64_t *v, size_t n)
     return a;
 }
 
+static json_t *json_sharding(const cnx_sharding *sh)
+{
+    json_t *js = json_object();
+    json_object_set_new(js, "@type",
+                        json_string("neuroglancer_uint64_sharded_v1"));
+    json_object_set_new(js, "preshift_bits", json_integer(sh->preshift_bits));
+    json_object_set_new(js, "minishard_bits",
+                        json_integer(sh->minishard_bits));
+    json_object_set_new(js, "shard_bits", json_integer(sh->shard_bits));
+    json_object_set_new(js, "hash",
+                        json_string(sh->hash == CNX_SHARD_HASH_MURMUR3
+                                        ? "murmurhash3_x86_128"
+                                        : "identity"));
+    json_object_set_new(js, "minishard_index_encoding",
+                        json_string(sh->minishard_index_encoding ==
+                                            CNX_SHARD_ENC_GZIP
+                                        ? "gzip"
+                                        : "raw"));
+    json_object_set_new(js, "data_encoding",
+                        json_string(sh->data_encoding == CNX_SHARD_ENC_GZIP
+                                        ? "gzip"
+                                        : "raw"));
+    return js;
+}
+
 int cnx_info_to_json(const cnx_layer_info *info, char **out)
 {
     json_t *js = json_object();
@@ -345,6 +453,8 @@ int cnx_info_to_json(const cnx_layer_info *info, char **out)
         if (sc->encoding == CNX_ENC_CSEG)
             json_object_set_new(s, "compressed_segmentation_block_size",
                                 json_ivec(sc->cseg_block, 3));
+        if (sc->sharded)
+            json_object_set_new(s, "sharding", json_sharding(&sc->sharding));
         json_array_append_new(scales, s);
     }
     json_object_set_new(js, "scales", scales);
@@ -363,6 +473,20 @@ nomem:
     json_decref(js);
     json_decref(scales);
     return cnx_error_set(CNX_ENOMEM, 0, "info: out of memory");
+}
+
+/* Scale s exists and keeps one object per chunk: reading and writing the
+ * chunks of a sharded scale through a layer is not built yet. */
+static int check_unsharded(const cnx_layer_info *info, int s)
+{
+    if (s < 0 || s >= info->nscales)
+        return cnx_error_set(CNX_EINVAL, 0, "scale %d out of range", s);
+    if (info->scales[s].sharded)
+        return cnx_error_set(CNX_EUNSUPPORTED, 0,
+                             "scale '%s' is sharded: its chunks are not read "
+                             "or written through layers yet",
+                             info->scales[s].key);
+    return 0;
 }
 
 /* Check that vol fits scale s of info as a whole chunk's worth of data. */
@@ -669,8 +793,9 @@ int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
     int rc;
 
     *out = NULL;
-    if (s < 0 || s >= info->nscales)
-        return cnx_error_set(CNX_EINVAL, 0, "scale %d out of range", s);
+    rc = check_unsharded(info, s);
+    if (rc != 0)
+        return rc;
     grid = cnx_info_grid(info, s);
     bounds = cnx_grid_bounds(&grid);
     if (cnx_box_empty(box) || !cnx_box_contains(&bounds, box))
@@ -782,8 +907,9 @@ int cnx_layer_write(cnx_layer *layer, int s, const cnx_volume *vol,
     int64_t lo[3], hi[3], g[3];
     int rc;
 
-    if (s < 0 || s >= info->nscales)
-        return cnx_error_set(CNX_EINVAL, 0, "scale %d out of range", s);
+    rc = check_unsharded(info, s);
+    if (rc != 0)
+        return rc;
     rc = check_chunk_volume(info, s, vol);
     if (rc != 0)
         return rc;
@@ -844,7 +970,10 @@ int cnx_info_find_scale(const cnx_layer_info *info, const char *key)
 
 static int scale_equal(const cnx_scale *a, const cnx_scale *b)
 {
-    if (strcmp(a->key, b->key) != 0 || a->encoding != b->encoding)
+    if (strcmp(a->key, b->key) != 0 || a->encoding != b->encoding ||
+        a->sharded != b->sharded ||
+        (a->sharded && memcmp(&a->sharding, &b->sharding,
+                              sizeof(a->sharding)) != 0))
         return 0;
     for (int i = 0; i < 3; i++) {
         if (a->size[i] != b->size[i] || a->resolution[i] != b->resolution[i] ||
@@ -931,8 +1060,9 @@ int cnx_layer_digests(cnx_layer *layer, int s, const cnx_box *box,
     int64_t lo[3], hi[3], g[3];
     int rc;
 
-    if (s < 0 || s >= info->nscales)
-        return cnx_error_set(CNX_EINVAL, 0, "scale %d out of range", s);
+    rc = check_unsharded(info, s);
+    if (rc != 0)
+        return rc;
     grid = cnx_info_grid(info, s);
     cnx_grid_chunk_range(&grid, box, lo, hi);
     for (g[2] = lo[2]; g[2] < hi[2]; g[2]++) {

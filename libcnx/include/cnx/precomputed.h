@@ -17,6 +17,7 @@
 
 #include "cnx/digest.h"
 #include "cnx/geom.h"
+#include "cnx/sharded.h"
 #include "cnx/store.h"
 #include "cnx/volume.h"
 
@@ -45,6 +46,8 @@ typedef struct cnx_scale {
     int64_t chunk[3];            /* the first of chunk_sizes */
     cnx_encoding encoding;
     int64_t cseg_block[3];       /* compressed_segmentation_block_size */
+    int sharded;                 /* 1: chunks are in shards (sharding) */
+    cnx_sharding sharding;       /* valid when sharded */
 } cnx_scale;
 
 typedef struct cnx_layer_info {
@@ -69,7 +72,11 @@ void cnx_info_init(cnx_layer_info *info, cnx_layer_type type, cnx_dtype dtype,
 /**
  * Parse and check an `info` document. Unknown top-level keys are kept out of
  * the struct but accepted (other tools add their own); every field we use is
- * checked and a bad one named ("info: scales[0].chunk_sizes: ...").
+ * checked and a bad one named ("info: scales[0].chunk_sizes: ..."). A
+ * scale's "sharding" (neuroglancer_uint64_sharded_v1) is parsed into
+ * scale->sharding; its unknown members are ignored, as the format allows.
+ * Reading and writing the chunks of a sharded scale through cnx_layer_* is
+ * not built yet (CNX_EUNSUPPORTED there); cnx/sharded.h reads its chunks.
  * @return 0; CNX_ECORRUPT for malformed JSON or a bad field;
  *         CNX_EUNSUPPORTED for a valid encoding we lack (jpeg).
  */

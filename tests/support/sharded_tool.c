@@ -1,0 +1,260 @@
+/*
+ * sharded_tool - reads what tests/py/sharded_ref.py writes, through
+ * cnx/sharded.h, for tests/integration/sharded_ref.sh.
+ *
+ *   sharded_tool check DIR          every chunk of chunks.txt equal to
+ *                                   expect/<id> byte for byte; every id of
+ *                                   missing.txt reported CNX_ENOTFOUND
+ *   sharded_tool corrupt DIR        case.txt's chunk refused with its error
+ *                                   name and a message holding its text
+ *   sharded_tool morton FILE        "gx gy gz x y z code" lines agree
+ *
+ * The sharding spec comes from DIR/info (scale 0) through cnx_info_parse;
+ * shards are files DIR/<key>/<name>, served by a ranged read on stdio.
+ * Exit status 0 when all agree, 1 on any difference.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cnx/error.h"
+#include "cnx/precomputed.h"
+#include "cnx/sharded.h"
+
+typedef struct file_ctx {
+    const char *dir; /* the scale's directory */
+    int reads;
+} file_ctx;
+
+static int file_read(void *ctx, const char *name, uint64_t offset,
+                     uint64_t length, uint8_t **out)
+{
+    file_ctx *fc = ctx;
+    char path[4096];
+    struct stat st;
+    FILE *f;
+    uint8_t *buf;
+
+    fc->reads++;
+    *out = NULL;
+    snprintf(path, sizeof(path), "%s/%s", fc->dir, name);
+    f = fopen(path, "rb");
+    if (f == NULL)
+        return errno == ENOENT
+                   ? cnx_error_set(CNX_ENOTFOUND, 0, "%s: no such file", path)
+                   : cnx_error_set(CNX_EIO, 1, "%s: %s", path, strerror(errno));
+    if (fstat(fileno(f), &st) != 0 || offset > (uint64_t)st.st_size ||
+        length > (uint64_t)st.st_size - offset) {
+        fclose(f);
+        return cnx_error_set(CNX_ERANGE, 0, "%s: range past the end", path);
+    }
+    buf = malloc(length > 0 ? (size_t)length : 1);
+    if (buf == NULL || fseeko(f, (off_t)offset, SEEK_SET) != 0 ||
+        fread(buf, 1, (size_t)length, f) != (size_t)length) {
+        free(buf);
+        fclose(f);
+        return cnx_error_set(CNX_EIO, 1, "%s: read failed", path);
+    }
+    fclose(f);
+    *out = buf;
+    return 0;
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n;
+    if (f == NULL)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
+        fseek(f, 0, SEEK_SET) == 0) {
+        buf = malloc((size_t)n + 1);
+        if (buf != NULL && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+            free(buf);
+            buf = NULL;
+        } else if (buf != NULL) {
+            buf[n] = '\0';
+            *len = (size_t)n;
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+/* The spec of DIR/info's first scale and that scale's directory. */
+static int load_spec(const char *dir, cnx_sharding *spec, char *scale_dir,
+                     size_t n)
+{
+    char path[4096];
+    size_t len;
+    char *text;
+    cnx_layer_info info;
+    int rc;
+
+    snprintf(path, sizeof(path), "%s/info", dir);
+    text = slurp(path, &len);
+    if (text == NULL) {
+        fprintf(stderr, "sharded_tool: cannot read %s\n", path);
+        return 1;
+    }
+    rc = cnx_info_parse(&info, text, len);
+    free(text);
+    if (rc != 0 || !info.scales[0].sharded) {
+        fprintf(stderr, "sharded_tool: %s: %s\n", path,
+                rc != 0 ? cnx_error_last()->message : "scale 0 not sharded");
+        return 1;
+    }
+    *spec = info.scales[0].sharding;
+    snprintf(scale_dir, n, "%s/%s", dir, info.scales[0].key);
+    return 0;
+}
+
+static int check(const char *dir)
+{
+    cnx_sharding spec;
+    char scale_dir[4096], path[4096], line[64];
+    file_ctx fc = {scale_dir, 0};
+    FILE *list;
+    int bad = 0, found = 0, missing = 0;
+
+    if (load_spec(dir, &spec, scale_dir, sizeof(scale_dir)) != 0)
+        return 1;
+    snprintf(path, sizeof(path), "%s/chunks.txt", dir);
+    list = fopen(path, "r");
+    if (list == NULL)
+        return fprintf(stderr, "sharded_tool: no %s\n", path), 1;
+    while (fgets(line, sizeof(line), list) != NULL) {
+        uint64_t id = strtoull(line, NULL, 10);
+        uint8_t *got;
+        size_t got_len, want_len = 0;
+        char *want;
+        int rc =
+            cnx_sharded_read_chunk(&spec, id, file_read, &fc, &got, &got_len);
+        snprintf(path, sizeof(path), "%s/expect/%" PRIu64, dir, id);
+        want = slurp(path, &want_len);
+        if (rc != 0) {
+            fprintf(stderr, "%s: chunk %" PRIu64 ": %s\n", dir, id,
+                    cnx_error_last()->message);
+            bad++;
+        } else if (want == NULL || got_len != want_len ||
+                   memcmp(got, want, got_len) != 0) {
+            fprintf(stderr,
+                    "%s: chunk %" PRIu64 ": %zu bytes differ from "
+                    "the %zu expected\n",
+                    dir, id, got_len, want_len);
+            bad++;
+        } else {
+            found++;
+        }
+        if (rc == 0)
+            free(got);
+        free(want);
+    }
+    fclose(list);
+    snprintf(path, sizeof(path), "%s/missing.txt", dir);
+    list = fopen(path, "r");
+    if (list == NULL)
+        return fprintf(stderr, "sharded_tool: no %s\n", path), 1;
+    while (fgets(line, sizeof(line), list) != NULL) {
+        uint64_t id = strtoull(line, NULL, 10);
+        uint8_t *got;
+        size_t got_len;
+        int rc =
+            cnx_sharded_read_chunk(&spec, id, file_read, &fc, &got, &got_len);
+        if (rc != CNX_ENOTFOUND) {
+            fprintf(stderr,
+                    "%s: missing chunk %" PRIu64 ": %s, not "
+                    "ENOTFOUND (%s)\n",
+                    dir, id, cnx_error_name(rc),
+                    rc == 0 ? "" : cnx_error_last()->message);
+            if (rc == 0)
+                free(got);
+            bad++;
+        } else {
+            missing++;
+        }
+    }
+    fclose(list);
+    printf("%s: %d chunks equal, %d missing reported missing, %d reads, "
+           "%d bad\n",
+           dir, found, missing, fc.reads, bad);
+    return bad != 0 || found == 0;
+}
+
+static int corrupt(const char *dir)
+{
+    cnx_sharding spec;
+    char scale_dir[4096], path[4096], err[32], part[256];
+    file_ctx fc = {scale_dir, 0};
+    unsigned long long id;
+    FILE *f;
+    uint8_t *got = NULL;
+    size_t got_len;
+    int rc;
+
+    if (load_spec(dir, &spec, scale_dir, sizeof(scale_dir)) != 0)
+        return 1;
+    snprintf(path, sizeof(path), "%s/case.txt", dir);
+    f = fopen(path, "r");
+    if (f == NULL || fscanf(f, "%llu %31s %255[^\n]", &id, err, part) != 3) {
+        if (f != NULL)
+            fclose(f);
+        return fprintf(stderr, "sharded_tool: bad %s\n", path), 1;
+    }
+    fclose(f);
+    rc = cnx_sharded_read_chunk(&spec, id, file_read, &fc, &got, &got_len);
+    if (rc == 0) {
+        free(got);
+        fprintf(stderr, "%s: chunk %llu read, expected %s\n", dir, id, err);
+        return 1;
+    }
+    if (strcmp(cnx_error_name(rc), err) != 0 ||
+        strstr(cnx_error_last()->message, part) == NULL) {
+        fprintf(stderr, "%s: got %s '%s', expected %s '...%s...'\n", dir,
+                cnx_error_name(rc), cnx_error_last()->message, err, part);
+        return 1;
+    }
+    printf("%s: %s: %s\n", dir, err, cnx_error_last()->message);
+    return 0;
+}
+
+static int morton(const char *file)
+{
+    FILE *f = fopen(file, "r");
+    unsigned long long v[7];
+    int bad = 0, n = 0;
+    if (f == NULL)
+        return fprintf(stderr, "sharded_tool: no %s\n", file), 1;
+    while (fscanf(f, "%llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+                  &v[3], &v[4], &v[5], &v[6]) == 7) {
+        uint64_t grid[3] = {v[0], v[1], v[2]}, pos[3] = {v[3], v[4], v[5]};
+        uint64_t code;
+        n++;
+        if (cnx_sharding_morton(pos, grid, &code) != 0 || code != v[6]) {
+            fprintf(stderr,
+                    "morton: grid %llu %llu %llu pos %llu %llu "
+                    "%llu: got %" PRIu64 ", expected %llu\n",
+                    v[0], v[1], v[2], v[3], v[4], v[5], code, v[6]);
+            bad++;
+        }
+    }
+    fclose(f);
+    printf("morton: %d codes, %d bad\n", n, bad);
+    return bad != 0 || n == 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "check") == 0)
+        return check(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "corrupt") == 0)
+        return corrupt(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "morton") == 0)
+        return morton(argv[2]);
+    fprintf(stderr, "usage: sharded_tool check|corrupt DIR | morton FILE\n");
+    return 2;
+}
