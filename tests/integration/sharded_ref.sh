@@ -8,7 +8,10 @@
 # gaps between chunks), damaged shards and compressed Morton codes of
 # non-cube grids; sharded_tool must read every chunk back byte for byte,
 # report absent chunks as missing, refuse each damaged shard with its error,
-# and compute the same Morton codes.
+# and compute the same Morton codes. Each set and each damaged shard is
+# read a second time through a file:// store and cnx_sharded_store_read
+# (pread ranges; a short range is ERANGE, reported as ECORRUPT);
+# tests/integration/sharded_store_s3.sh does the same through s3rver.
 # Env: CNX_SUPPORT (dir of sharded_tool), CNX_PYTHON, CNX_SOURCE (optional).
 set -euo pipefail
 
@@ -29,9 +32,11 @@ trap 'rm -rf "$work"' EXIT
 "$python" "$ref" write "$work" 17
 for set in "$work"/sets/*/; do
     "$tool" check "${set%/}"
+    "$tool" check "${set%/}" "file://${set%/}"
 done
 for case in "$work"/corrupt/*/; do
     "$tool" corrupt "${case%/}"
+    "$tool" corrupt "${case%/}" "file://${case%/}"
 done
 "$tool" morton "$work/morton.txt"
 echo "sharded_ref: ok"

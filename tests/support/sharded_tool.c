@@ -8,11 +8,16 @@
  *   sharded_tool corrupt DIR        case.txt's chunk refused with its error
  *                                   name and a message holding its text
  *   sharded_tool morton FILE        "gx gy gz x y z code" lines agree
+ *   sharded_tool put DIR URL        every file of DIR (info, shards, ...)
+ *                                   put into the store URL, same names
  *
  * The sharding spec comes from DIR/info (scale 0) through cnx_info_parse;
- * shards are files DIR/<key>/<name>, served by a ranged read on stdio.
+ * shards are files DIR/<key>/<name>, served by a ranged read on stdio, or,
+ * with check/corrupt DIR URL, objects <key>/<name> of the store URL read
+ * through cnx_sharded_store_read (cnx/sharded.h).
  * Exit status 0 when all agree, 1 on any difference.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -23,11 +28,21 @@
 #include "cnx/error.h"
 #include "cnx/precomputed.h"
 #include "cnx/sharded.h"
+#include "cnx/store.h"
 
 typedef struct file_ctx {
-    const char *dir; /* the scale's directory */
+    const char *dir;           /* the scale's directory */
     int reads;
+    cnx_sharded_source source; /* store != NULL: read through it instead */
 } file_ctx;
+
+static int store_read(void *ctx, const char *name, uint64_t offset,
+                      uint64_t length, uint8_t **out)
+{
+    file_ctx *fc = ctx;
+    fc->reads++;
+    return cnx_sharded_store_read(&fc->source, name, offset, length, out);
+}
 
 static int file_read(void *ctx, const char *name, uint64_t offset,
                      uint64_t length, uint8_t **out)
@@ -87,7 +102,7 @@ static char *slurp(const char *path, size_t *len)
 
 /* The spec of DIR/info's first scale and that scale's directory. */
 static int load_spec(const char *dir, cnx_sharding *spec, char *scale_dir,
-                     size_t n)
+                     size_t n, char key[256])
 {
     char path[4096];
     size_t len;
@@ -110,30 +125,49 @@ static int load_spec(const char *dir, cnx_sharding *spec, char *scale_dir,
     }
     *spec = info.scales[0].sharding;
     snprintf(scale_dir, n, "%s/%s", dir, info.scales[0].key);
+    snprintf(key, 256, "%s", info.scales[0].key);
     return 0;
 }
 
-static int check(const char *dir)
+/* Open url (if not NULL) as fc's source, the scale's key its prefix. */
+static int open_source(file_ctx *fc, const char *url, const char *key)
+{
+    if (url == NULL)
+        return 0;
+    if (cnx_store_open(&fc->source.store, url) != 0) {
+        fprintf(stderr, "sharded_tool: %s: %s\n", url,
+                cnx_error_last()->message);
+        return 1;
+    }
+    fc->source.prefix = key;
+    return 0;
+}
+
+static int check(const char *dir, const char *url)
 {
     cnx_sharding spec;
-    char scale_dir[4096], path[4096], line[64];
-    file_ctx fc = {scale_dir, 0};
+    char scale_dir[4096], path[4096], line[64], key[256];
+    file_ctx fc = {scale_dir, 0, {NULL, NULL}};
+    cnx_shard_read_fn read_fn = url != NULL ? store_read : file_read;
     FILE *list;
     int bad = 0, found = 0, missing = 0;
 
-    if (load_spec(dir, &spec, scale_dir, sizeof(scale_dir)) != 0)
+    if (load_spec(dir, &spec, scale_dir, sizeof(scale_dir), key) != 0 ||
+        open_source(&fc, url, key) != 0)
         return 1;
     snprintf(path, sizeof(path), "%s/chunks.txt", dir);
     list = fopen(path, "r");
-    if (list == NULL)
+    if (list == NULL) {
+        cnx_store_free(fc.source.store);
         return fprintf(stderr, "sharded_tool: no %s\n", path), 1;
+    }
     while (fgets(line, sizeof(line), list) != NULL) {
         uint64_t id = strtoull(line, NULL, 10);
         uint8_t *got;
         size_t got_len, want_len = 0;
         char *want;
         int rc =
-            cnx_sharded_read_chunk(&spec, id, file_read, &fc, &got, &got_len);
+            cnx_sharded_read_chunk(&spec, id, read_fn, &fc, &got, &got_len);
         snprintf(path, sizeof(path), "%s/expect/%" PRIu64, dir, id);
         want = slurp(path, &want_len);
         if (rc != 0) {
@@ -157,14 +191,16 @@ static int check(const char *dir)
     fclose(list);
     snprintf(path, sizeof(path), "%s/missing.txt", dir);
     list = fopen(path, "r");
-    if (list == NULL)
+    if (list == NULL) {
+        cnx_store_free(fc.source.store);
         return fprintf(stderr, "sharded_tool: no %s\n", path), 1;
+    }
     while (fgets(line, sizeof(line), list) != NULL) {
         uint64_t id = strtoull(line, NULL, 10);
         uint8_t *got;
         size_t got_len;
         int rc =
-            cnx_sharded_read_chunk(&spec, id, file_read, &fc, &got, &got_len);
+            cnx_sharded_read_chunk(&spec, id, read_fn, &fc, &got, &got_len);
         if (rc != CNX_ENOTFOUND) {
             fprintf(stderr,
                     "%s: missing chunk %" PRIu64 ": %s, not "
@@ -179,24 +215,26 @@ static int check(const char *dir)
         }
     }
     fclose(list);
-    printf("%s: %d chunks equal, %d missing reported missing, %d reads, "
+    printf("%s%s%s: %d chunks equal, %d missing reported missing, %d reads, "
            "%d bad\n",
-           dir, found, missing, fc.reads, bad);
+           dir, url ? " via " : "", url ? url : "", found, missing, fc.reads,
+           bad);
+    cnx_store_free(fc.source.store);
     return bad != 0 || found == 0;
 }
 
-static int corrupt(const char *dir)
+static int corrupt(const char *dir, const char *url)
 {
     cnx_sharding spec;
-    char scale_dir[4096], path[4096], err[32], part[256];
-    file_ctx fc = {scale_dir, 0};
+    char scale_dir[4096], path[4096], err[32], part[256], key[256];
+    file_ctx fc = {scale_dir, 0, {NULL, NULL}};
     unsigned long long id;
     FILE *f;
     uint8_t *got = NULL;
     size_t got_len;
     int rc;
 
-    if (load_spec(dir, &spec, scale_dir, sizeof(scale_dir)) != 0)
+    if (load_spec(dir, &spec, scale_dir, sizeof(scale_dir), key) != 0)
         return 1;
     snprintf(path, sizeof(path), "%s/case.txt", dir);
     f = fopen(path, "r");
@@ -206,20 +244,26 @@ static int corrupt(const char *dir)
         return fprintf(stderr, "sharded_tool: bad %s\n", path), 1;
     }
     fclose(f);
-    rc = cnx_sharded_read_chunk(&spec, id, file_read, &fc, &got, &got_len);
+    if (open_source(&fc, url, key) != 0)
+        return 1;
+    rc = cnx_sharded_read_chunk(&spec, id, url ? store_read : file_read, &fc,
+                                &got, &got_len);
     if (rc == 0) {
         free(got);
         fprintf(stderr, "%s: chunk %llu read, expected %s\n", dir, id, err);
-        return 1;
-    }
-    if (strcmp(cnx_error_name(rc), err) != 0 ||
-        strstr(cnx_error_last()->message, part) == NULL) {
+        rc = 1;
+    } else if (strcmp(cnx_error_name(rc), err) != 0 ||
+               strstr(cnx_error_last()->message, part) == NULL) {
         fprintf(stderr, "%s: got %s '%s', expected %s '...%s...'\n", dir,
                 cnx_error_name(rc), cnx_error_last()->message, err, part);
-        return 1;
+        rc = 1;
+    } else {
+        printf("%s%s%s: %s: %s\n", dir, url ? " via " : "", url ? url : "",
+               err, cnx_error_last()->message);
+        rc = 0;
     }
-    printf("%s: %s: %s\n", dir, err, cnx_error_last()->message);
-    return 0;
+    cnx_store_free(fc.source.store);
+    return rc;
 }
 
 static int morton(const char *file)
@@ -247,14 +291,71 @@ static int morton(const char *file)
     return bad != 0 || n == 0;
 }
 
+/* Put every regular file under dir/rel into store as rel/name. */
+static int put_tree(cnx_store *store, const char *dir, const char *rel)
+{
+    char path[4096], child[2048];
+    struct dirent *de;
+    DIR *d;
+    int bad = 0;
+
+    snprintf(path, sizeof(path), "%s%s%s", dir, rel[0] ? "/" : "", rel);
+    d = opendir(path);
+    if (d == NULL)
+        return fprintf(stderr, "sharded_tool: cannot list %s\n", path), 1;
+    while ((de = readdir(d)) != NULL && !bad) {
+        struct stat st;
+        char full[8192];
+        size_t len = 0;
+        char *bytes;
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(child, sizeof(child), "%s%s%s", rel, rel[0] ? "/" : "",
+                 de->d_name);
+        snprintf(full, sizeof(full), "%s/%s", dir, child);
+        if (stat(full, &st) != 0) {
+            bad = 1;
+        } else if (S_ISDIR(st.st_mode)) {
+            bad = put_tree(store, dir, child);
+        } else if ((bytes = slurp(full, &len)) == NULL) {
+            bad = 1;
+        } else {
+            if (cnx_store_put(store, child, bytes, len, NULL) != 0) {
+                fprintf(stderr, "sharded_tool: put %s: %s\n", child,
+                        cnx_error_last()->message);
+                bad = 1;
+            }
+            free(bytes);
+        }
+    }
+    closedir(d);
+    return bad;
+}
+
+static int put(const char *dir, const char *url)
+{
+    cnx_store *store;
+    int bad;
+    if (cnx_store_open(&store, url) != 0)
+        return fprintf(stderr, "sharded_tool: %s: %s\n", url,
+                       cnx_error_last()->message),
+               1;
+    bad = put_tree(store, dir, "");
+    cnx_store_free(store);
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc == 3 && strcmp(argv[1], "check") == 0)
-        return check(argv[2]);
-    if (argc == 3 && strcmp(argv[1], "corrupt") == 0)
-        return corrupt(argv[2]);
+    if ((argc == 3 || argc == 4) && strcmp(argv[1], "check") == 0)
+        return check(argv[2], argc == 4 ? argv[3] : NULL);
+    if ((argc == 3 || argc == 4) && strcmp(argv[1], "corrupt") == 0)
+        return corrupt(argv[2], argc == 4 ? argv[3] : NULL);
     if (argc == 3 && strcmp(argv[1], "morton") == 0)
         return morton(argv[2]);
-    fprintf(stderr, "usage: sharded_tool check|corrupt DIR | morton FILE\n");
+    if (argc == 4 && strcmp(argv[1], "put") == 0)
+        return put(argv[2], argv[3]);
+    fprintf(stderr, "usage: sharded_tool check|corrupt DIR [URL] | "
+                    "morton FILE | put DIR URL\n");
     return 2;
 }

@@ -9,14 +9,17 @@
  * indexes; a minishard index lists chunk ids, offsets and sizes. This module
  * is pure: no JSON (precomputed.c parses the "sharding" member) and no
  * storage: chunk lookups go through a caller-given ranged read, so a file
- * store and an object store can both serve them. Every offset and length
- * read from a shard is checked before use.
+ * store and an object store can both serve them (cnx_sharded_store_read
+ * adapts a cnx_store: sharded_store.c). Every offset and length read from a
+ * shard is checked before use.
  */
 #ifndef CNX_SHARDED_H
 #define CNX_SHARDED_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "cnx/store.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -163,6 +166,28 @@ typedef int (*cnx_shard_read_fn)(void *ctx, const char *shard_name,
 int cnx_sharded_read_chunk(const cnx_sharding *spec, uint64_t chunk_id,
                            cnx_shard_read_fn read, void *ctx, uint8_t **out,
                            size_t *len);
+
+/* Where a scale's shards live: a store and the scale's directory in it. */
+typedef struct cnx_sharded_source {
+    cnx_store *store;   /* borrowed */
+    const char *prefix; /* the scale's key ("8_8_8"); "" or NULL: the root */
+} cnx_sharded_source;
+
+/**
+ * A cnx_shard_read_fn over a store: ctx is a cnx_sharded_source, the shard
+ * is the object "<prefix>/<shard_name>", read with cnx_store_get_range
+ * (file://: pread; s3://, gs://, http(s)://: one GET with Range; never
+ * through the read cache). A range the object does not hold in full is
+ * CNX_ERANGE (the store itself returns a short read). A zero-length range
+ * reads nothing but is still checked: the object must exist and hold at
+ * least offset bytes (one 1-byte ranged read, or an exists at offset 0).
+ * @return 0; CNX_ENOTFOUND (no such shard); CNX_ERANGE; CNX_ETOOBIG
+ *         (length over CNX_STORE_MAX_OBJECT); CNX_ENAME (the joined name
+ *         is not a valid object name); the store's CNX_EIO.
+ * Thread-safety: as the store (the source is only read).
+ */
+int cnx_sharded_store_read(void *ctx, const char *shard_name, uint64_t offset,
+                           uint64_t length, uint8_t **out);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,7 @@
 #include "cnx/error.h"
 #include "cnx/precomputed.h"
 #include "cnx/sharded.h"
+#include "cnx/store.h"
 
 static void test_sharded__murmur3_matches_smhasher_verification(void **state)
 {
@@ -238,6 +239,106 @@ static void test_sharded__lookup_reads_chunks_and_reports_missing(void **st)
     assert_non_null(strstr(cnx_error_last()->message, "0.shard"));
 }
 
+/* The adapter over a file:// store: exact ranges or CNX_ERANGE, never a
+ * short read; missing shards CNX_ENOTFOUND; then a lookup through it. */
+static void test_sharded__store_read_gives_exact_ranges_or_erange(void **st)
+{
+    cnx_sharding spec = {
+        0, 0, 0, CNX_SHARD_HASH_IDENTITY, CNX_SHARD_ENC_RAW, CNX_SHARD_ENC_RAW};
+    uint8_t shard[16 + 8 + 48], *out = NULL;
+    char dir[64];
+    cnx_store *store = NULL;
+    cnx_sharded_source src = {NULL, "s"}, root = {NULL, ""};
+    size_t len;
+    (void)st;
+
+    for (size_t i = 0; i < sizeof(shard); i++)
+        shard[i] = (uint8_t)(i * 7 + 1);
+    cnx_test_tmpdir(dir);
+    assert_int_equal(cnx_store_open(&store, dir), 0);
+    src.store = root.store = store;
+    assert_int_equal(cnx_store_put(store, "s/0.shard", shard, sizeof(shard),
+                                   NULL),
+                     0);
+    assert_int_equal(cnx_store_put(store, "0.shard", shard, 10, NULL), 0);
+    /* inside, and ending exactly at the end */
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 3, 20, &out), 0);
+    assert_memory_equal(out, shard + 3, 20);
+    free(out);
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 60, 12, &out), 0);
+    assert_memory_equal(out, shard + 60, 12);
+    free(out);
+    /* running past the end, starting at it, starting after it */
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 60, 13, &out),
+                     CNX_ERANGE);
+    assert_null(out);
+    assert_non_null(strstr(cnx_error_last()->message, "s/0.shard"));
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 72, 1, &out),
+                     CNX_ERANGE);
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 500, 8, &out),
+                     CNX_ERANGE);
+    /* zero lengths: inside or at the end is fine, after it is not */
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 0, 0, &out), 0);
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 72, 0, &out), 0);
+    assert_null(out);
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 73, 0, &out),
+                     CNX_ERANGE);
+    /* missing shard, whatever the range; overflow; too big */
+    assert_int_equal(cnx_sharded_store_read(&src, "1.shard", 0, 16, &out),
+                     CNX_ENOTFOUND);
+    assert_int_equal(cnx_sharded_store_read(&src, "1.shard", 0, 0, &out),
+                     CNX_ENOTFOUND);
+    assert_int_equal(cnx_sharded_store_read(&src, "1.shard", 5, 0, &out),
+                     CNX_ENOTFOUND);
+    assert_int_equal(
+        cnx_sharded_store_read(&src, "0.shard", UINT64_MAX - 3, 8, &out),
+        CNX_ERANGE);
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 0,
+                                            (uint64_t)CNX_STORE_MAX_OBJECT + 1,
+                                            &out),
+                     CNX_ETOOBIG);
+    /* an empty prefix names the object at the root */
+    assert_int_equal(cnx_sharded_store_read(&root, "0.shard", 0, 10, &out), 0);
+    assert_memory_equal(out, shard, 10);
+    free(out);
+    assert_int_equal(cnx_sharded_store_read(&root, "0.shard", 0, 11, &out),
+                     CNX_ERANGE);
+
+    /* the lookup of test_sharded__lookup_reads_chunks_and_reports_missing,
+     * through the store */
+    put64(shard, 8);
+    put64(shard + 8, 56);
+    memcpy(shard + 16, "abcdefgh", 8);
+    put64(shard + 24, 7);
+    put64(shard + 32, 2);
+    put64(shard + 40, 0);
+    put64(shard + 48, 1);
+    put64(shard + 56, 3);
+    put64(shard + 64, 4);
+    assert_int_equal(cnx_store_put(store, "t/0.shard", shard, sizeof(shard),
+                                   NULL),
+                     0);
+    src.prefix = "t";
+    assert_int_equal(cnx_sharded_read_chunk(&spec, 9, cnx_sharded_store_read,
+                                            &src, &out, &len),
+                     0);
+    assert_int_equal(len, 4);
+    assert_memory_equal(out, "efgh", 4);
+    free(out);
+    assert_int_equal(cnx_sharded_read_chunk(&spec, 8, cnx_sharded_store_read,
+                                            &src, &out, &len),
+                     CNX_ENOTFOUND);
+    /* the same shard cut short: the minishard index runs past its end */
+    assert_int_equal(cnx_store_put(store, "u/0.shard", shard, 60, NULL), 0);
+    src.prefix = "u";
+    assert_int_equal(cnx_sharded_read_chunk(&spec, 9, cnx_sharded_store_read,
+                                            &src, &out, &len),
+                     CNX_ECORRUPT);
+    assert_non_null(strstr(cnx_error_last()->message, "past the end"));
+    cnx_store_free(store);
+    cnx_test_rmtree(dir);
+}
+
 static const char *info_head =
     "{\"type\":\"image\",\"data_type\":\"uint8\",\"num_channels\":1,"
     "\"scales\":[{\"key\":\"s\",\"size\":[64,64,64],\"resolution\":[4,4,40],"
@@ -349,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_sharded__index_decode_refuses_forged_entries),
         cmocka_unit_test(test_sharded__gunzip_is_bounded),
         cmocka_unit_test(test_sharded__lookup_reads_chunks_and_reports_missing),
+        cmocka_unit_test(test_sharded__store_read_gives_exact_ranges_or_erange),
         cmocka_unit_test(test_sharded__info_sharding_parses_and_round_trips),
         cmocka_unit_test(test_sharded__info_bad_sharding_is_named),
         cmocka_unit_test(test_sharded__layer_refuses_sharded_scale_reads),
