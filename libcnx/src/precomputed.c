@@ -5,10 +5,11 @@
  * written in canonical JSON so that the same layer always has the same info
  * bytes. Reads walk the chunks a box touches in z, y, x order, fetch each
  * (checking its expected digest when the caller has one), decode it into a
- * scratch chunk volume and copy the overlap into the result; writes cut a
- * chunk-aligned volume into its chunks and put each write-once. Chunk bytes
- * are little-endian; this file refuses to build on a big-endian host rather
- * than silently writing the wrong bytes.
+ * scratch chunk volume and copy the overlap into the result (a sharded
+ * scale's chunks come from their shards through cnx/sharded.h, then the
+ * same decoding); writes cut a chunk-aligned volume into its chunks and put
+ * each write-once. Chunk bytes are little-endian; this file refuses to
+ * build on a big-endian host rather than silently writing the wrong bytes.
  */
 #include "cnx/precomputed.h"
 
@@ -475,16 +476,16 @@ nomem:
     return cnx_error_set(CNX_ENOMEM, 0, "info: out of memory");
 }
 
-/* Scale s exists and keeps one object per chunk: reading and writing the
- * chunks of a sharded scale through a layer is not built yet. */
+/* Scale s exists and keeps one object per chunk: writing the chunks of a
+ * sharded scale and digesting them is not built yet (reading is). */
 static int check_unsharded(const cnx_layer_info *info, int s)
 {
     if (s < 0 || s >= info->nscales)
         return cnx_error_set(CNX_EINVAL, 0, "scale %d out of range", s);
     if (info->scales[s].sharded)
         return cnx_error_set(CNX_EUNSUPPORTED, 0,
-                             "scale '%s' is sharded: its chunks are not read "
-                             "or written through layers yet",
+                             "scale '%s' is sharded: its chunks are not "
+                             "written or digested through layers yet",
                              info->scales[s].key);
     return 0;
 }
@@ -779,6 +780,58 @@ static int prefetch(cnx_layer *layer, int s, const int64_t lo[3],
     return 0;
 }
 
+/*
+ * Fetch the stored bytes of chunk g of sharded scale s: its grid position
+ * -> compressed Morton chunk id -> cnx_sharded_read_chunk over the layer's
+ * store (three ranged reads of the shard "<key>/<shard>.shard"; no index
+ * cache yet). CNX_ENOTFOUND when the shard file or the chunk is absent.
+ * A raw chunk at the upper bound may be stored whole rather than truncated
+ * (writers differ): if its size says so, *cbox is widened to the whole
+ * chunk and the caller copies only the part inside the scale.
+ */
+static int sharded_fetch(cnx_layer *layer, int s, const cnx_grid *grid,
+                         const int64_t g[3], cnx_box *cbox, uint8_t **bytes,
+                         size_t *len)
+{
+    const cnx_scale *sc = &layer->info.scales[s];
+    cnx_sharded_source src = {layer->store, sc->key};
+    uint64_t pos[3], shape[3], id;
+    int64_t counts[3];
+    int rc;
+
+    cnx_grid_counts(grid, counts);
+    for (int i = 0; i < 3; i++) {
+        assert(g[i] >= 0 && g[i] < counts[i]);
+        pos[i] = (uint64_t)g[i];
+        shape[i] = (uint64_t)counts[i];
+    }
+    rc = cnx_sharding_morton(pos, shape, &id);
+    if (rc != 0)
+        return rc;
+    rc = cnx_sharded_read_chunk(&sc->sharding, id, cnx_sharded_store_read, &src,
+                                bytes, len);
+    if (rc != 0 && rc != CNX_ENOTFOUND)
+        cnx_error_wrap("scale %s: chunk %" PRId64 ",%" PRId64 ",%" PRId64,
+                       sc->key, g[0], g[1], g[2]);
+    if (rc == 0 && *len > chunk_read_limit(&layer->info, s)) {
+        free(*bytes);
+        *bytes = NULL;
+        return cnx_error_set(CNX_ETOOBIG, 0,
+                             "scale %s: chunk %" PRId64 ",%" PRId64 ",%" PRId64
+                             " of %zu bytes is over the limit",
+                             sc->key, g[0], g[1], g[2], *len);
+    }
+    if (rc == 0 && sc->encoding == CNX_ENC_RAW) {
+        cnx_volume whole = {layer->info.dtype, *cbox, layer->info.channels,
+                            NULL};
+        for (int i = 0; i < 3; i++)
+            whole.box.max[i] = whole.box.min[i] + sc->chunk[i];
+        if (*len == cnx_volume_bytes(&whole))
+            *cbox = whole.box;
+    }
+    return rc;
+}
+
 int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
                    unsigned flags, cnx_expect_fn expect, void *expect_ctx,
                    cnx_object_list *read, cnx_volume **out)
@@ -790,12 +843,17 @@ int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
     cnx_grid grid;
     cnx_box bounds;
     int64_t lo[3], hi[3], g[3];
-    int rc;
+    int rc, sharded;
 
     *out = NULL;
-    rc = check_unsharded(info, s);
-    if (rc != 0)
-        return rc;
+    if (s < 0 || s >= info->nscales)
+        return cnx_error_set(CNX_EINVAL, 0, "scale %d out of range", s);
+    sharded = info->scales[s].sharded;
+    if (sharded && (expect != NULL || read != NULL))
+        return cnx_error_set(CNX_EUNSUPPORTED, 0,
+                             "scale '%s' is sharded: digests of its chunks "
+                             "are not defined yet",
+                             info->scales[s].key);
     grid = cnx_info_grid(info, s);
     bounds = cnx_grid_bounds(&grid);
     if (cnx_box_empty(box) || !cnx_box_contains(&bounds, box))
@@ -809,7 +867,7 @@ int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
     if (rc != 0)
         return rc;
     cnx_grid_chunk_range(&grid, box, lo, hi);
-    if (cnx_store_is_remote(layer->store)) {
+    if (!sharded && cnx_store_is_remote(layer->store)) {
         rc = prefetch(layer, s, lo, hi, expect, expect_ctx, &pre, &npre);
         if (rc != 0)
             goto fail;
@@ -823,28 +881,34 @@ int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
                 uint8_t *bytes = NULL;
                 size_t len = 0;
 
-                rc = cnx_layer_chunk_name(info, s, &cbox, name, sizeof(name));
-                if (rc != 0)
-                    goto fail;
-                want = expect ? expect(expect_ctx, name) : NULL;
-                if (pre != NULL) {
-                    /* Fetched concurrently above, in this same order. */
-                    cnx_store_get_req *r = &pre[ipre++];
-                    assert(ipre <= npre);
-                    bytes = r->data;
-                    len = r->len;
-                    r->data = NULL;
-                    rc = r->rc == 0 ? 0
-                                    : cnx_error_set(r->rc, r->retriable, "%s",
-                                                    r->message);
-                } else if (want != NULL)
-                    rc = cnx_store_get_verified(layer->store, name, want,
-                                                chunk_read_limit(info, s),
-                                                &bytes, &len);
-                else
-                    rc = cnx_store_get(layer->store, name,
-                                       chunk_read_limit(info, s), &bytes,
-                                       &len);
+                want = NULL;
+                if (sharded) {
+                    rc = sharded_fetch(layer, s, &grid, g, &cbox, &bytes, &len);
+                } else {
+                    rc = cnx_layer_chunk_name(info, s, &cbox, name,
+                                              sizeof(name));
+                    if (rc != 0)
+                        goto fail;
+                    want = expect ? expect(expect_ctx, name) : NULL;
+                    if (pre != NULL) {
+                        /* Fetched concurrently above, in this same order. */
+                        cnx_store_get_req *r = &pre[ipre++];
+                        assert(ipre <= npre);
+                        bytes = r->data;
+                        len = r->len;
+                        r->data = NULL;
+                        rc = r->rc == 0 ? 0
+                                        : cnx_error_set(r->rc, r->retriable,
+                                                        "%s", r->message);
+                    } else if (want != NULL)
+                        rc = cnx_store_get_verified(layer->store, name, want,
+                                                    chunk_read_limit(info, s),
+                                                    &bytes, &len);
+                    else
+                        rc = cnx_store_get(layer->store, name,
+                                           chunk_read_limit(info, s), &bytes,
+                                           &len);
+                }
                 if (rc == CNX_ENOTFOUND && (flags & CNX_READ_FILL_MISSING))
                     continue;
                 if (rc != 0)

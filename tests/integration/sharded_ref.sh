@@ -12,6 +12,9 @@
 # read a second time through a file:// store and cnx_sharded_store_read
 # (pread ranges; a short range is ERANGE, reported as ECORRUPT);
 # tests/integration/sharded_store_s3.sh does the same through s3rver.
+# Sharded volumes (uint8 raw, one and two channels, truncated and whole
+# chunks at the upper bound, chunks left out) are read through
+# cnx_layer_read over many boxes and compared with the writer's array.
 # Env: CNX_SUPPORT (dir of sharded_tool), CNX_PYTHON, CNX_SOURCE (optional).
 set -euo pipefail
 
@@ -39,4 +42,7 @@ for case in "$work"/corrupt/*/; do
     "$tool" corrupt "${case%/}" "file://${case%/}"
 done
 "$tool" morton "$work/morton.txt"
+for vol in "$work"/volumes/*/; do
+    "$tool" volume "${vol%/}" "file://${vol%/}"
+done
 echo "sharded_ref: ok"

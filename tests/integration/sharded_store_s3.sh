@@ -8,7 +8,9 @@
 # from files (a range past the end of a shard: s3rver's short 206 or 416,
 # ERANGE from the adapter, ECORRUPT from the reader). Ranged reads carry no
 # digest, so with a read cache configured they neither hit it nor fill it:
-# the cache directory holds no entry afterwards. Exit 77 (skipped)
+# the cache directory holds no entry afterwards. The sharded volumes are
+# read through cnx_layer_read over s3:// and compared with the writer's
+# array. Exit 77 (skipped)
 # only when node or npm is missing.
 set -uo pipefail
 
@@ -57,6 +59,13 @@ for case in "$tmp"/w/corrupt/*/; do
     u=s3://cnx-test/corrupt/$name
     check "$name: put the damaged shard" "$TOOL" put "${case%/}" "$u"
     check "$name: refused as from files" "$TOOL" corrupt "${case%/}" "$u"
+done
+for vol in "$tmp"/w/volumes/*/; do
+    name=$(basename "$vol")
+    u=s3://cnx-test/volumes/$name
+    check "$name: put the sharded volume" "$TOOL" put "${vol%/}" "$u"
+    check "$name: cnx_layer_read over s3:// equals the written array" \
+        "$TOOL" volume "${vol%/}" "$u"
 done
 check "a set not in the store: its shards are ENOTFOUND" \
     eval '! "$TOOL" check "$tmp/w/sets/murmur-gzip" s3://cnx-test/none 2>"$tmp/err" && grep -q "no such shard" "$tmp/err"'

@@ -18,6 +18,15 @@ Layout of DIR:
   corrupt/<name>/{info,s/...}     one damaged shard each
   corrupt/<name>/case.txt         "<chunk id> <error name> <message part>"
   morton.txt                      "gx gy gz x y z code" lines
+  volumes/<name>/info             a uint8 raw volume whose one scale "s"
+                                  is sharded (voxel_offset not 0, sizes
+                                  not multiples of the chunk)
+  volumes/<name>/s/<shard>.shard  its chunks, keyed by compressed Morton
+                                  code; some left out (they read as fill)
+  volumes/<name>/volume.bin       the whole array, x fastest, then y, z,
+                                  channel; zeros where a chunk is left out
+  volumes/<name>/boxes.txt        "x0 y0 z0 x1 y1 z1 touches_missing"
+                                  boxes to read (absolute coordinates)
 Standard library only (struct, zlib, gzip, random): no numpy needed.
 """
 import gzip
@@ -342,6 +351,99 @@ def write_morton(out, rng):
         == [1, 2, 4]
 
 
+def write_volume(root, spec, size, chunk, offset, channels, whole_edges,
+                 leave_out, rng):
+    """A random uint8 raw volume, chunked and sharded from scratch here.
+    whole_edges: chunks at the upper bound are stored at full chunk size
+    (random padding past the bound) instead of truncated; both occur in
+    the wild. leave_out: how many chunks are left out of their shards."""
+    os.makedirs(os.path.join(root, "s"))
+    sx, sy, sz = size
+    nvox = sx * sy * sz
+    vol = bytearray(rng.randrange(1, 256) for _ in range(nvox * channels))
+    grid = [(size[d] + chunk[d] - 1) // chunk[d] for d in range(3)]
+    positions = [(gx, gy, gz) for gz in range(grid[2]) for gy in range(grid[1])
+                 for gx in range(grid[0])]
+    missing = set(rng.sample(positions, leave_out))
+    chunks = {}
+    for g in positions:
+        lo = [g[d] * chunk[d] for d in range(3)]
+        hi = [min(lo[d] + chunk[d], size[d]) for d in range(3)]
+        ext = list(chunk) if whole_edges else [hi[d] - lo[d] for d in range(3)]
+        data = bytearray()
+        for c in range(channels):
+            for z in range(lo[2], lo[2] + ext[2]):
+                for y in range(lo[1], lo[1] + ext[1]):
+                    for x in range(lo[0], lo[0] + ext[0]):
+                        if x < sx and y < sy and z < sz:
+                            i = x + sx * (y + sy * (z + sz * c))
+                            data.append(0 if g in missing else vol[i])
+                        else:
+                            data.append(rng.randrange(256))
+        if g in missing:
+            for c in range(channels):
+                for z in range(lo[2], hi[2]):
+                    for y in range(lo[1], hi[1]):
+                        i0 = lo[0] + sx * (y + sy * (z + sz * c))
+                        vol[i0:i0 + hi[0] - lo[0]] = bytes(hi[0] - lo[0])
+            continue
+        chunks[morton(g, grid)] = bytes(data)
+    info = {"@type": "neuroglancer_multiscale_volume", "type": "image",
+            "data_type": "uint8", "num_channels": channels,
+            "scales": [{"key": "s", "size": list(size), "resolution": [4, 4, 40],
+                        "voxel_offset": list(offset),
+                        "chunk_sizes": [list(chunk)], "encoding": "raw",
+                        "sharding": spec}]}
+    with open(os.path.join(root, "info"), "w") as f:
+        json.dump(info, f)
+    shards = {}
+    for cid, data in chunks.items():
+        shards.setdefault(locate(spec, cid)[0], {})[cid] = data
+    for shard, group in shards.items():
+        with open(os.path.join(root, "s", shard_name(spec, shard)), "wb") as f:
+            f.write(build_shard(spec, group, rng))
+    with open(os.path.join(root, "volume.bin"), "wb") as f:
+        f.write(vol)
+
+    def touches_missing(lo, hi):
+        for g in missing:
+            if all(lo[d] < (g[d] + 1) * chunk[d] and g[d] * chunk[d] < hi[d]
+                   for d in range(3)):
+                return 1
+        return 0
+
+    boxes = [([0, 0, 0], list(size)), ([0, 0, 0], list(chunk))]
+    g = positions[-1]  # the last chunk: truncated on every axis
+    boxes.append(([g[d] * chunk[d] for d in range(3)], list(size)))
+    for _ in range(25):
+        lo = [rng.randrange(size[d]) for d in range(3)]
+        hi = [rng.randrange(lo[d] + 1, size[d] + 1) for d in range(3)]
+        boxes.append((lo, hi))
+    for _ in range(5):  # one voxel
+        lo = [rng.randrange(size[d]) for d in range(3)]
+        boxes.append((lo, [v + 1 for v in lo]))
+    with open(os.path.join(root, "boxes.txt"), "w") as f:
+        for lo, hi in boxes:
+            a = [lo[d] + offset[d] for d in range(3)]
+            b = [hi[d] + offset[d] for d in range(3)]
+            f.write("%d %d %d %d %d %d %d\n" % (*a, *b, touches_missing(lo, hi)))
+
+
+def write_volumes(out, rng):
+    vols = [
+        ("identity-truncated", full_spec("identity", 2, 2, 1, "raw", "raw"),
+         (70, 45, 33), (16, 16, 8), (5, -3, 2), 1, False, 3),
+        ("murmur-whole-edges", full_spec("murmurhash3_x86_128", 3, 1, 0, "gzip",
+                                         "gzip"),
+         (50, 40, 20), (16, 8, 8), (0, 0, 0), 2, True, 2),
+        ("one-shard-flat", full_spec("identity", 0, 0, 0, "gzip", "raw"),
+         (40, 30, 1), (8, 8, 1), (-8, 16, 7), 1, False, 1),
+    ]
+    for name, spec, size, chunk, offset, channels, whole, leave in vols:
+        write_volume(os.path.join(out, "volumes", name), spec, size, chunk,
+                     offset, channels, whole, leave, rng)
+
+
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == "selftest":
         selftest()
@@ -354,6 +456,7 @@ def main():
     write_sets(out, rng)
     write_corrupt(out, rng)
     write_morton(out, rng)
+    write_volumes(out, rng)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,12 @@
  *   sharded_tool morton FILE        "gx gy gz x y z code" lines agree
  *   sharded_tool put DIR URL        every file of DIR (info, shards, ...)
  *                                   put into the store URL, same names
+ *   sharded_tool volume DIR [URL]   the layer at URL (default file://DIR)
+ *                                   read through cnx_layer_read over each
+ *                                   box of boxes.txt equals volume.bin
+ *                                   there, with CNX_READ_FILL_MISSING; and
+ *                                   without it, ENOTFOUND exactly where
+ *                                   the box touches a left-out chunk
  *
  * The sharding spec comes from DIR/info (scale 0) through cnx_info_parse;
  * shards are files DIR/<key>/<name>, served by a ranged read on stdio, or,
@@ -345,6 +351,110 @@ static int put(const char *dir, const char *url)
     return bad;
 }
 
+/* Box b of the volume read back equals the same box of the whole array. */
+static int same_as_array(const cnx_volume *vol, const uint8_t *whole,
+                         const cnx_scale *sc, int64_t channels)
+{
+    const cnx_box *b = &vol->box;
+    const uint8_t *got = vol->data;
+    size_t k = 0;
+    for (int64_t c = 0; c < channels; c++)
+        for (int64_t z = b->min[2]; z < b->max[2]; z++)
+            for (int64_t y = b->min[1]; y < b->max[1]; y++)
+                for (int64_t x = b->min[0]; x < b->max[0]; x++, k++) {
+                    int64_t lx = x - sc->voxel_offset[0];
+                    int64_t ly = y - sc->voxel_offset[1];
+                    int64_t lz = z - sc->voxel_offset[2];
+                    size_t i =
+                        (size_t)(lx + sc->size[0] *
+                                          (ly + sc->size[1] *
+                                                    (lz + sc->size[2] * c)));
+                    if (got[k] != whole[i]) {
+                        fprintf(stderr,
+                                "sharded_tool: voxel %" PRId64 ",%" PRId64
+                                ",%" PRId64 " channel %" PRId64
+                                ": read %u, written %u\n",
+                                x, y, z, c, got[k], whole[i]);
+                        return 1;
+                    }
+                }
+    return 0;
+}
+
+static int volume(const char *dir, const char *url)
+{
+    char path[4096], lurl[4200];
+    cnx_layer *layer = NULL;
+    const cnx_layer_info *info;
+    uint8_t *whole = NULL;
+    size_t len = 0;
+    long long v[7];
+    FILE *f = NULL;
+    int bad = 0, n = 0;
+
+    if (url == NULL) {
+        snprintf(lurl, sizeof(lurl), "file://%s", dir);
+        url = lurl;
+    }
+    if (cnx_layer_open(&layer, url) != 0)
+        return fprintf(stderr, "sharded_tool: %s: %s\n", url,
+                       cnx_error_last()->message),
+               1;
+    info = cnx_layer_get_info(layer);
+    snprintf(path, sizeof(path), "%s/volume.bin", dir);
+    whole = (uint8_t *)slurp(path, &len);
+    snprintf(path, sizeof(path), "%s/boxes.txt", dir);
+    f = fopen(path, "r");
+    if (whole == NULL || f == NULL || info->dtype != CNX_DT_UINT8 ||
+        len != (size_t)(info->scales[0].size[0] * info->scales[0].size[1] *
+                        info->scales[0].size[2] * info->channels)) {
+        fprintf(stderr, "sharded_tool: %s: bad volume.bin or boxes.txt\n", dir);
+        bad = 1;
+    }
+    while (!bad && fscanf(f, "%lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1],
+                          &v[2], &v[3], &v[4], &v[5], &v[6]) == 7) {
+        cnx_box box = {{v[0], v[1], v[2]}, {v[3], v[4], v[5]}};
+        cnx_volume *vol = NULL;
+        int rc;
+        n++;
+        rc = cnx_layer_read(layer, 0, &box, CNX_READ_FILL_MISSING, NULL, NULL,
+                            NULL, &vol);
+        if (rc != 0) {
+            fprintf(stderr, "sharded_tool: box %d: %s\n", n,
+                    cnx_error_last()->message);
+            bad = 1;
+        } else if (same_as_array(vol, whole, &info->scales[0],
+                                 info->channels) != 0) {
+            fprintf(stderr, "sharded_tool: %s box %d differs\n", dir, n);
+            bad = 1;
+        }
+        cnx_volume_free(vol);
+        vol = NULL;
+        rc = cnx_layer_read(layer, 0, &box, 0, NULL, NULL, NULL, &vol);
+        if (rc != (v[6] ? CNX_ENOTFOUND : 0)) {
+            fprintf(stderr, "sharded_tool: box %d without fill: %s, want %s\n",
+                    n, rc == 0 ? "ok" : cnx_error_last()->message,
+                    v[6] ? "ENOTFOUND" : "ok");
+            bad = 1;
+        } else if (rc == 0 && same_as_array(vol, whole, &info->scales[0],
+                                            info->channels) != 0) {
+            bad = 1;
+        }
+        cnx_volume_free(vol);
+    }
+    if (!bad && n == 0) {
+        fprintf(stderr, "sharded_tool: %s: no boxes\n", dir);
+        bad = 1;
+    }
+    if (f != NULL)
+        fclose(f);
+    free(whole);
+    cnx_layer_free(layer);
+    if (!bad)
+        printf("sharded_tool: %s: %d boxes read back\n", url, n);
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "check") == 0)
@@ -355,7 +465,9 @@ int main(int argc, char **argv)
         return morton(argv[2]);
     if (argc == 4 && strcmp(argv[1], "put") == 0)
         return put(argv[2], argv[3]);
-    fprintf(stderr, "usage: sharded_tool check|corrupt DIR [URL] | "
+    if ((argc == 3 || argc == 4) && strcmp(argv[1], "volume") == 0)
+        return volume(argv[2], argc == 4 ? argv[3] : NULL);
+    fprintf(stderr, "usage: sharded_tool check|corrupt|volume DIR [URL] | "
                     "morton FILE | put DIR URL\n");
     return 2;
 }

@@ -416,28 +416,56 @@ static void test_sharded__info_bad_sharding_is_named(void **state)
     }
 }
 
-static void test_sharded__layer_refuses_sharded_scale_reads(void **state)
+static const char *expect_nothing(void *ctx, const char *name)
 {
-    char dir[64], url[128], *json;
+    (void)ctx;
+    (void)name;
+    return NULL;
+}
+
+static void test_sharded__layer_reads_sharded_scale_refuses_writes(void **state)
+{
+    char dir[64], url[128];
     cnx_layer_info info;
     cnx_layer *layer;
     cnx_volume *vol = NULL;
+    cnx_object_list list;
     cnx_box box = {{0, 0, 0}, {16, 16, 16}};
     (void)state;
     cnx_test_tmpdir(dir);
     snprintf(url, sizeof(url), "file://%s/layer", dir);
+    cnx_object_list_init(&list);
     assert_int_equal(parse_with("{\"@type\":\"neuroglancer_uint64_sharded_v1\","
                                 "\"preshift_bits\":0,\"hash\":\"identity\","
                                 "\"minishard_bits\":0,\"shard_bits\":0}",
                                 &info),
                      0);
     assert_int_equal(cnx_layer_create(&layer, url, &info), 0);
+    /* No shard file yet: a missing chunk, as for an unsharded scale. */
     assert_int_equal(cnx_layer_read(layer, 0, &box, 0, NULL, NULL, NULL, &vol),
+                     CNX_ENOTFOUND);
+    assert_null(vol);
+    assert_int_equal(cnx_layer_read(layer, 0, &box, CNX_READ_FILL_MISSING, NULL,
+                                    NULL, NULL, &vol),
+                     0);
+    assert_non_null(vol);
+    for (size_t i = 0; i < cnx_volume_bytes(vol); i++)
+        assert_int_equal(((const uint8_t *)vol->data)[i], 0);
+    /* Digests of chunks inside shards are not defined yet. */
+    assert_int_equal(cnx_layer_read(layer, 0, &box, CNX_READ_FILL_MISSING,
+                                    expect_nothing, NULL, NULL, &vol),
+                     CNX_EUNSUPPORTED);
+    assert_int_equal(cnx_layer_read(layer, 0, &box, CNX_READ_FILL_MISSING, NULL,
+                                    NULL, &list, &vol),
+                     CNX_EUNSUPPORTED);
+    assert_int_equal(cnx_layer_digests(layer, 0, &box, &list),
                      CNX_EUNSUPPORTED);
     assert_non_null(strstr(cnx_error_last()->message, "sharded"));
-    assert_null(vol);
+    assert_int_equal(cnx_layer_write(layer, 0, vol, NULL), CNX_EUNSUPPORTED);
+    assert_non_null(strstr(cnx_error_last()->message, "sharded"));
+    cnx_volume_free(vol);
+    cnx_object_list_dispose(&list);
     cnx_layer_free(layer);
-    (void)json;
     cnx_test_rmtree(dir);
 }
 
@@ -453,7 +481,8 @@ int main(void)
         cmocka_unit_test(test_sharded__store_read_gives_exact_ranges_or_erange),
         cmocka_unit_test(test_sharded__info_sharding_parses_and_round_trips),
         cmocka_unit_test(test_sharded__info_bad_sharding_is_named),
-        cmocka_unit_test(test_sharded__layer_refuses_sharded_scale_reads),
+        cmocka_unit_test(
+            test_sharded__layer_reads_sharded_scale_refuses_writes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
