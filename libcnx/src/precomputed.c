@@ -16,6 +16,7 @@
 #include <assert.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -556,10 +557,111 @@ int cnx_chunk_decode(const cnx_layer_info *info, int s, const uint8_t *data,
     return 0;
 }
 
+/*
+ * Decoded minishard indexes of the layer's sharded scales, so that reading
+ * many chunks of one minishard reads its shard index entry and its index
+ * once (then one ranged read a chunk). Bounded by count and by decoded
+ * bytes; the least recently used goes first. Absent shards are not kept
+ * (a shard may appear later). Guarded by its own mutex: reads of one layer
+ * may run in several threads, as the store allows.
+ */
+#define SHARD_CACHE_MAX 64
+#define SHARD_CACHE_BYTES ((size_t)64 << 20)
+
+typedef struct shard_cached {
+    int scale;
+    uint64_t shard, minishard;
+    cnx_minishard_entry *entries; /* n entries, owned; NULL when n is 0 */
+    size_t n;
+    uint64_t used; /* tick of the last use */
+} shard_cached;
+
+typedef struct shard_cache {
+    pthread_mutex_t lock;
+    shard_cached items[SHARD_CACHE_MAX];
+    int count;
+    size_t bytes;
+    uint64_t tick;
+} shard_cache;
+
 struct cnx_layer {
     cnx_store *store;
     cnx_layer_info info;
+    shard_cache shards;
 };
+
+/* Drop every cached index (the info changed, or the layer is freed). */
+static void shard_cache_clear(shard_cache *c)
+{
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < c->count; i++)
+        free(c->items[i].entries);
+    c->count = 0;
+    c->bytes = 0;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Find chunk_id in a cached minishard index: 1 and *hit if that index is
+ * cached (*found says whether the chunk is in it), 0 if not cached. */
+static int shard_cache_find(shard_cache *c, int scale, uint64_t shard,
+                            uint64_t minishard, uint64_t chunk_id,
+                            cnx_minishard_entry *hit, int *found)
+{
+    int cached = 0;
+    *found = 0;
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < c->count && !cached; i++) {
+        shard_cached *e = &c->items[i];
+        if (e->scale != scale || e->shard != shard || e->minishard != minishard)
+            continue;
+        cached = 1;
+        e->used = ++c->tick;
+        for (size_t k = 0; k < e->n; k++)
+            if (e->entries[k].chunk_id == chunk_id) {
+                *hit = e->entries[k];
+                *found = 1;
+                break;
+            }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return cached;
+}
+
+/* Keep a decoded minishard index (takes entries; frees it when it is not
+ * kept: too big, or another thread kept the same one first). */
+static void shard_cache_put(shard_cache *c, int scale, uint64_t shard,
+                            uint64_t minishard, cnx_minishard_entry *entries,
+                            size_t n)
+{
+    size_t bytes = n * sizeof(*entries);
+    if (bytes > SHARD_CACHE_BYTES) {
+        free(entries);
+        return;
+    }
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < c->count; i++)
+        if (c->items[i].scale == scale && c->items[i].shard == shard &&
+            c->items[i].minishard == minishard) {
+            pthread_mutex_unlock(&c->lock);
+            free(entries);
+            return;
+        }
+    while (c->count > 0 && (c->count == SHARD_CACHE_MAX ||
+                            c->bytes + bytes > SHARD_CACHE_BYTES)) {
+        int old = 0;
+        for (int i = 1; i < c->count; i++)
+            if (c->items[i].used < c->items[old].used)
+                old = i;
+        c->bytes -= c->items[old].n * sizeof(*entries);
+        free(c->items[old].entries);
+        c->items[old] = c->items[--c->count];
+    }
+    assert(c->count < SHARD_CACHE_MAX);
+    c->items[c->count++] =
+        (shard_cached){scale, shard, minishard, entries, n, ++c->tick};
+    c->bytes += bytes;
+    pthread_mutex_unlock(&c->lock);
+}
 
 static int layer_alloc(cnx_layer **out, const char *url)
 {
@@ -573,6 +675,7 @@ static int layer_alloc(cnx_layer **out, const char *url)
         free(layer);
         return rc;
     }
+    pthread_mutex_init(&layer->shards.lock, NULL);
     *out = layer;
     return 0;
 }
@@ -644,6 +747,8 @@ void cnx_layer_free(cnx_layer *layer)
 {
     if (layer == NULL)
         return;
+    shard_cache_clear(&layer->shards);
+    pthread_mutex_destroy(&layer->shards.lock);
     cnx_store_free(layer->store);
     free(layer);
 }
@@ -780,11 +885,53 @@ static int prefetch(cnx_layer *layer, int s, const int64_t lo[3],
     return 0;
 }
 
+/* Chunk id of sharded scale s through the layer's index cache: on a miss,
+ * read and keep its minishard index; then one ranged read of the chunk.
+ * Messages as cnx_sharded_read_chunk's. */
+static int sharded_read(cnx_layer *layer, int s, uint64_t id,
+                        cnx_sharded_source *src, uint8_t **bytes, size_t *len)
+{
+    const cnx_sharding *spec = &layer->info.scales[s].sharding;
+    char name[CNX_SHARD_NAME_MAX];
+    uint64_t shard, minishard;
+    cnx_minishard_entry hit, *entries = NULL;
+    size_t n = 0;
+    int found, rc;
+
+    *bytes = NULL;
+    *len = 0;
+    cnx_sharding_locate(spec, id, &shard, &minishard);
+    if (!shard_cache_find(&layer->shards, s, shard, minishard, id, &hit,
+                          &found)) {
+        rc = cnx_sharded_read_minishard(
+            spec, shard, minishard, cnx_sharded_store_read, src, &entries, &n);
+        if (rc != 0)
+            return rc;
+        found = 0;
+        for (size_t i = 0; i < n && !found; i++)
+            if (entries[i].chunk_id == id) {
+                hit = entries[i];
+                found = 1;
+            }
+        shard_cache_put(&layer->shards, s, shard, minishard, entries, n);
+    }
+    if (!found) {
+        cnx_sharding_shard_name(spec, shard, name);
+        return cnx_error_set(CNX_ENOTFOUND, 0,
+                             "sharded: chunk %" PRIu64 " not found (not in "
+                             "minishard %" PRIu64 " of %s)",
+                             id, minishard, name);
+    }
+    return cnx_sharded_read_entry(spec, shard, &hit, cnx_sharded_store_read,
+                                  src, bytes, len);
+}
+
 /*
  * Fetch the stored bytes of chunk g of sharded scale s: its grid position
  * -> compressed Morton chunk id -> cnx_sharded_read_chunk over the layer's
- * store (three ranged reads of the shard "<key>/<shard>.shard"; no index
- * cache yet). CNX_ENOTFOUND when the shard file or the chunk is absent.
+ * store (ranged reads of the shard "<key>/<shard>.shard", its minishard
+ * index kept in the layer's cache). CNX_ENOTFOUND when the shard file or
+ * the chunk is absent.
  * A raw chunk at the upper bound may be stored whole rather than truncated
  * (writers differ): if its size says so, *cbox is widened to the whole
  * chunk and the caller copies only the part inside the scale.
@@ -808,8 +955,7 @@ static int sharded_fetch(cnx_layer *layer, int s, const cnx_grid *grid,
     rc = cnx_sharding_morton(pos, shape, &id);
     if (rc != 0)
         return rc;
-    rc = cnx_sharded_read_chunk(&sc->sharding, id, cnx_sharded_store_read, &src,
-                                bytes, len);
+    rc = sharded_read(layer, s, id, &src, bytes, len);
     if (rc != 0 && rc != CNX_ENOTFOUND)
         cnx_error_wrap("scale %s: chunk %" PRId64 ",%" PRId64 ",%" PRId64,
                        sc->key, g[0], g[1], g[2]);
@@ -1069,8 +1215,10 @@ int cnx_layer_reload(cnx_layer *layer)
     char digest[CNX_DIGEST_LEN];
     cnx_layer_info info;
     int rc = read_info(layer, &info, digest);
-    if (rc == 0)
+    if (rc == 0) {
         layer->info = info;
+        shard_cache_clear(&layer->shards);
+    }
     return rc;
 }
 
@@ -1085,6 +1233,7 @@ int cnx_layer_add_scale(cnx_layer *layer, const cnx_scale *scale, int *index)
         at = cnx_info_find_scale(&info, scale->key);
         if (at >= 0) {
             layer->info = info;
+            shard_cache_clear(&layer->shards);
             *index = at;
             if (!scale_equal(&info.scales[at], scale))
                 return cnx_error_set(CNX_EIMMUTABLE, 0,
@@ -1109,6 +1258,7 @@ int cnx_layer_add_scale(cnx_layer *layer, const cnx_scale *scale, int *index)
         if (rc != 0)
             return rc;
         layer->info = info;
+        shard_cache_clear(&layer->shards);
         *index = info.nscales - 1;
         return 0;
     }

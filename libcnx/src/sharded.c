@@ -468,14 +468,100 @@ static int read_range(cnx_shard_read_fn read, void *ctx, const char *name,
     return 0;
 }
 
+int cnx_sharded_read_minishard(const cnx_sharding *spec, uint64_t shard,
+                               uint64_t minishard, cnx_shard_read_fn read,
+                               void *ctx, cnx_minishard_entry **out, size_t *n)
+{
+    char name[CNX_SHARD_NAME_MAX];
+    uint8_t *buf = NULL;
+    cnx_shard_range range;
+    int rc;
+
+    assert(cnx_sharding_check(spec) == 0);
+    assert(minishard < ((uint64_t)1 << spec->minishard_bits));
+    *out = NULL;
+    *n = 0;
+    cnx_sharding_shard_name(spec, shard, name);
+    rc = read_range(read, ctx, name, "shard index entry", 16 * minishard,
+                    16 * minishard + 16, &buf);
+    if (rc == CNX_ECORRUPT)
+        rc = cnx_error_set(CNX_ECORRUPT, 0,
+                           "sharded: %s: shard index truncated: no entry "
+                           "for minishard %" PRIu64 " at byte %" PRIu64,
+                           name, minishard, 16 * minishard);
+    if (rc != 0)
+        return rc;
+    rc = decode_index_entry(spec, buf, minishard, &range);
+    free(buf);
+    buf = NULL;
+    if (rc != 0)
+        return cnx_error_wrap("sharded: %s", name);
+    if (range.end == range.start)
+        return 0; /* an empty minishard */
+    if (range.end - range.start > CNX_SHARD_MAX_MINISHARD_INDEX)
+        return cnx_error_set(CNX_ETOOBIG, 0,
+                             "sharded: %s: minishard %" PRIu64
+                             " index of %" PRIu64 " bytes is over the limit",
+                             name, minishard, range.end - range.start);
+    rc = read_range(read, ctx, name, "minishard index", range.start, range.end,
+                    &buf);
+    if (rc != 0)
+        return rc;
+    rc = cnx_minishard_index_decode(spec, buf,
+                                    (size_t)(range.end - range.start), out, n);
+    free(buf);
+    if (rc != 0)
+        return cnx_error_wrap("sharded: %s: minishard %" PRIu64, name,
+                              minishard);
+    return 0;
+}
+
+int cnx_sharded_read_entry(const cnx_sharding *spec, uint64_t shard,
+                           const cnx_minishard_entry *entry,
+                           cnx_shard_read_fn read, void *ctx, uint8_t **out,
+                           size_t *len)
+{
+    char name[CNX_SHARD_NAME_MAX];
+    uint8_t *buf = NULL;
+    int rc;
+
+    *out = NULL;
+    *len = 0;
+    cnx_sharding_shard_name(spec, shard, name);
+    if (entry->size > CNX_SHARD_MAX_CHUNK)
+        return cnx_error_set(CNX_ETOOBIG, 0,
+                             "sharded: %s: chunk %" PRIu64 " of %" PRIu64
+                             " bytes is over the limit",
+                             name, entry->chunk_id, entry->size);
+    rc = read_range(read, ctx, name, "chunk data", entry->offset,
+                    entry->offset + entry->size, &buf);
+    if (rc != 0)
+        return rc;
+    if (spec->data_encoding == CNX_SHARD_ENC_GZIP) {
+        rc = cnx_sharded_gunzip(buf, (size_t)entry->size,
+                                (size_t)CNX_SHARD_MAX_CHUNK, out, len);
+        free(buf);
+        if (rc != 0)
+            return cnx_error_wrap("sharded: %s: chunk %" PRIu64, name,
+                                  entry->chunk_id);
+        return 0;
+    }
+    if (buf == NULL) { /* an empty chunk: give the caller a valid pointer */
+        buf = malloc(1);
+        if (buf == NULL)
+            return cnx_error_set(CNX_ENOMEM, 0, "sharded: out of memory");
+    }
+    *out = buf;
+    *len = (size_t)entry->size;
+    return 0;
+}
+
 int cnx_sharded_read_chunk(const cnx_sharding *spec, uint64_t chunk_id,
                            cnx_shard_read_fn read, void *ctx, uint8_t **out,
                            size_t *len)
 {
     char name[CNX_SHARD_NAME_MAX];
     uint64_t shard, minishard;
-    uint8_t *buf = NULL;
-    cnx_shard_range range;
     cnx_minishard_entry *entries = NULL;
     const cnx_minishard_entry *hit = NULL;
     size_t n = 0;
@@ -486,91 +572,29 @@ int cnx_sharded_read_chunk(const cnx_sharding *spec, uint64_t chunk_id,
     *len = 0;
     cnx_sharding_locate(spec, chunk_id, &shard, &minishard);
     cnx_sharding_shard_name(spec, shard, name);
-
-    rc = read_range(read, ctx, name, "shard index entry", 16 * minishard,
-                    16 * minishard + 16, &buf);
-    if (rc == CNX_ECORRUPT)
-        rc = cnx_error_set(CNX_ECORRUPT, 0,
-                           "sharded: %s: shard index truncated: no entry "
-                           "for minishard %" PRIu64 " at byte %" PRIu64,
-                           name, minishard, 16 * minishard);
+    rc = cnx_sharded_read_minishard(spec, shard, minishard, read, ctx, &entries,
+                                    &n);
     if (rc != 0)
-        goto done;
-    rc = decode_index_entry(spec, buf, minishard, &range);
-    free(buf);
-    buf = NULL;
-    if (rc != 0) {
-        rc = cnx_error_wrap("sharded: %s", name);
-        goto done;
-    }
-    if (range.end == range.start) {
-        rc = cnx_error_set(CNX_ENOTFOUND, 0,
-                           "sharded: chunk %" PRIu64 " not found (minishard "
-                           "%" PRIu64 " of %s is empty)",
-                           chunk_id, minishard, name);
-        goto done;
-    }
-    if (range.end - range.start > CNX_SHARD_MAX_MINISHARD_INDEX) {
-        rc = cnx_error_set(CNX_ETOOBIG, 0,
-                           "sharded: %s: minishard %" PRIu64
-                           " index of %" PRIu64 " bytes is over the limit",
-                           name, minishard, range.end - range.start);
-        goto done;
-    }
-    rc = read_range(read, ctx, name, "minishard index", range.start, range.end,
-                    &buf);
-    if (rc != 0)
-        goto done;
-    rc = cnx_minishard_index_decode(
-        spec, buf, (size_t)(range.end - range.start), &entries, &n);
-    free(buf);
-    buf = NULL;
-    if (rc != 0) {
-        rc = cnx_error_wrap("sharded: %s: minishard %" PRIu64, name, minishard);
-        goto done;
+        return rc;
+    if (n == 0) {
+        free(entries);
+        return cnx_error_set(CNX_ENOTFOUND, 0,
+                             "sharded: chunk %" PRIu64 " not found (minishard "
+                             "%" PRIu64 " of %s is empty)",
+                             chunk_id, minishard, name);
     }
     for (size_t i = 0; i < n; i++)
         if (entries[i].chunk_id == chunk_id) {
             hit = &entries[i];
             break;
         }
-    if (hit == NULL) {
+    if (hit == NULL)
         rc = cnx_error_set(CNX_ENOTFOUND, 0,
                            "sharded: chunk %" PRIu64 " not found (not in "
                            "minishard %" PRIu64 " of %s)",
                            chunk_id, minishard, name);
-        goto done;
-    }
-    if (hit->size > CNX_SHARD_MAX_CHUNK) {
-        rc = cnx_error_set(CNX_ETOOBIG, 0,
-                           "sharded: %s: chunk %" PRIu64 " of %" PRIu64
-                           " bytes is over the limit",
-                           name, chunk_id, hit->size);
-        goto done;
-    }
-    rc = read_range(read, ctx, name, "chunk data", hit->offset,
-                    hit->offset + hit->size, &buf);
-    if (rc != 0)
-        goto done;
-    if (spec->data_encoding == CNX_SHARD_ENC_GZIP) {
-        rc = cnx_sharded_gunzip(buf, (size_t)hit->size,
-                                (size_t)CNX_SHARD_MAX_CHUNK, out, len);
-        if (rc != 0)
-            rc = cnx_error_wrap("sharded: %s: chunk %" PRIu64, name, chunk_id);
-        goto done;
-    }
-    if (buf == NULL) { /* an empty chunk: give the caller a valid pointer */
-        buf = malloc(1);
-        if (buf == NULL) {
-            rc = cnx_error_set(CNX_ENOMEM, 0, "sharded: out of memory");
-            goto done;
-        }
-    }
-    *out = buf;
-    *len = (size_t)hit->size;
-    buf = NULL;
-done:
-    free(buf);
+    else
+        rc = cnx_sharded_read_entry(spec, shard, hit, read, ctx, out, len);
     free(entries);
     return rc;
 }

@@ -438,6 +438,10 @@ def write_volumes(out, rng):
          (50, 40, 20), (16, 8, 8), (0, 0, 0), 2, True, 2),
         ("one-shard-flat", full_spec("identity", 0, 0, 0, "gzip", "raw"),
          (40, 30, 1), (8, 8, 1), (-8, 16, 7), 1, False, 1),
+        # 128 minishards, more than the layer's index cache keeps (64)
+        ("murmur-many-minishards", full_spec("murmurhash3_x86_128", 6, 1, 0,
+                                             "raw", "raw"),
+         (64, 64, 15), (8, 8, 8), (0, 0, 0), 1, False, 4),
     ]
     for name, spec, size, chunk, offset, channels, whole, leave in vols:
         write_volume(os.path.join(out, "volumes", name), spec, size, chunk,

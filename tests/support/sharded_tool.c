@@ -15,7 +15,12 @@
  *                                   box of boxes.txt equals volume.bin
  *                                   there, with CNX_READ_FILL_MISSING; and
  *                                   without it, ENOTFOUND exactly where
- *                                   the box touches a left-out chunk
+ *                                   the box touches a left-out chunk;
+ *                                   on an object store, the first box
+ *                                   costs at most one request a chunk
+ *                                   plus two a minishard (index cache);
+ *                                   then 4 threads read the whole volume
+ *                                   3 times each through the same layer
  *
  * The sharding spec comes from DIR/info (scale 0) through cnx_info_parse;
  * shards are files DIR/<key>/<name>, served by a ranged read on stdio, or,
@@ -26,6 +31,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -381,6 +387,34 @@ static int same_as_array(const cnx_volume *vol, const uint8_t *whole,
     return 0;
 }
 
+typedef struct reader_arg {
+    cnx_layer *layer;
+    const uint8_t *whole;
+    int bad;
+} reader_arg;
+
+/* One of several threads reading the whole volume through one layer (its
+ * index cache shared). */
+static void *reader(void *p)
+{
+    reader_arg *ra = p;
+    const cnx_layer_info *info = cnx_layer_get_info(ra->layer);
+    const cnx_scale *sc = &info->scales[0];
+    cnx_box all = {
+        {sc->voxel_offset[0], sc->voxel_offset[1], sc->voxel_offset[2]},
+        {sc->voxel_offset[0] + sc->size[0], sc->voxel_offset[1] + sc->size[1],
+         sc->voxel_offset[2] + sc->size[2]}};
+    for (int i = 0; i < 3 && !ra->bad; i++) {
+        cnx_volume *vol = NULL;
+        if (cnx_layer_read(ra->layer, 0, &all, CNX_READ_FILL_MISSING, NULL,
+                           NULL, NULL, &vol) != 0 ||
+            same_as_array(vol, ra->whole, sc, info->channels) != 0)
+            ra->bad = 1;
+        cnx_volume_free(vol);
+    }
+    return NULL;
+}
+
 static int volume(const char *dir, const char *url)
 {
     char path[4096], lurl[4200];
@@ -389,6 +423,7 @@ static int volume(const char *dir, const char *url)
     uint8_t *whole = NULL;
     size_t len = 0;
     long long v[7];
+    cnx_store_stats before, after;
     FILE *f = NULL;
     int bad = 0, n = 0;
 
@@ -411,6 +446,7 @@ static int volume(const char *dir, const char *url)
         fprintf(stderr, "sharded_tool: %s: bad volume.bin or boxes.txt\n", dir);
         bad = 1;
     }
+    cnx_store_stats_get(&before);
     while (!bad && fscanf(f, "%lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1],
                           &v[2], &v[3], &v[4], &v[5], &v[6]) == 7) {
         cnx_box box = {{v[0], v[1], v[2]}, {v[3], v[4], v[5]}};
@@ -430,6 +466,33 @@ static int volume(const char *dir, const char *url)
         }
         cnx_volume_free(vol);
         vol = NULL;
+        if (n == 1 && !bad && cnx_store_is_remote(cnx_layer_store(layer))) {
+            /* The first box, read by a fresh layer: each minishard index
+             * is read once (2 requests), then 1 request a chunk; without
+             * the index cache it is 3 requests a chunk. */
+            const cnx_scale *sc = &info->scales[0];
+            cnx_grid grid = cnx_info_grid(info, 0);
+            int64_t lo[3], hi[3];
+            uint64_t chunks, limit, used;
+            cnx_store_stats_get(&after);
+            cnx_grid_chunk_range(&grid, &box, lo, hi);
+            chunks =
+                (uint64_t)((hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2]));
+            limit = chunks + 2 * ((uint64_t)1 << (sc->sharding.minishard_bits +
+                                                  sc->sharding.shard_bits));
+            used = (after.requests - before.requests) -
+                   (after.retries - before.retries);
+            printf("sharded_tool: box 1: %" PRIu64 " chunks, %" PRIu64
+                   " requests (at most %" PRIu64 ")\n",
+                   chunks, used, limit);
+            if (used > limit) {
+                fprintf(stderr,
+                        "sharded_tool: box 1: %" PRIu64
+                        " requests, over %" PRIu64 "\n",
+                        used, limit);
+                bad = 1;
+            }
+        }
         rc = cnx_layer_read(layer, 0, &box, 0, NULL, NULL, NULL, &vol);
         if (rc != (v[6] ? CNX_ENOTFOUND : 0)) {
             fprintf(stderr, "sharded_tool: box %d without fill: %s, want %s\n",
@@ -441,6 +504,23 @@ static int volume(const char *dir, const char *url)
             bad = 1;
         }
         cnx_volume_free(vol);
+    }
+    if (!bad) {
+        pthread_t th[4];
+        reader_arg ra[4];
+        for (int i = 0; i < 4; i++) {
+            ra[i] = (reader_arg){layer, whole, 0};
+            if (pthread_create(&th[i], NULL, reader, &ra[i]) != 0)
+                return fprintf(stderr, "sharded_tool: no thread\n"), 1;
+        }
+        for (int i = 0; i < 4; i++) {
+            pthread_join(th[i], NULL);
+            if (ra[i].bad) {
+                fprintf(stderr, "sharded_tool: %s: thread %d read wrong\n", dir,
+                        i);
+                bad = 1;
+            }
+        }
     }
     if (!bad && n == 0) {
         fprintf(stderr, "sharded_tool: %s: no boxes\n", dir);

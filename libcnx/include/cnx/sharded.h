@@ -167,6 +167,32 @@ int cnx_sharded_read_chunk(const cnx_sharding *spec, uint64_t chunk_id,
                            cnx_shard_read_fn read, void *ctx, uint8_t **out,
                            size_t *len);
 
+/**
+ * Read and decode the minishard index of minishard of shard (two ranged
+ * reads: its shard index entry, then the index): what
+ * cnx_sharded_read_chunk does first, for a caller that keeps indexes.
+ * @param[out] out  n entries (n is 0 for an empty minishard, out NULL);
+ *                   caller frees with free()
+ * @return 0; CNX_ENOTFOUND if the shard file is missing; CNX_ECORRUPT;
+ *         CNX_ETOOBIG; the read callback's CNX_EIO.
+ */
+int cnx_sharded_read_minishard(const cnx_sharding *spec, uint64_t shard,
+                               uint64_t minishard, cnx_shard_read_fn read,
+                               void *ctx, cnx_minishard_entry **out,
+                               size_t *n);
+
+/**
+ * Read the chunk that entry (from shard's minishard index) locates, decoded
+ * per the spec's data_encoding: one ranged read.
+ * @param[out] out  caller frees with free()
+ * @return 0; CNX_ECORRUPT (past the end of the shard, bad gzip);
+ *         CNX_ETOOBIG; CNX_ENOTFOUND if the shard file is missing; CNX_EIO.
+ */
+int cnx_sharded_read_entry(const cnx_sharding *spec, uint64_t shard,
+                           const cnx_minishard_entry *entry,
+                           cnx_shard_read_fn read, void *ctx, uint8_t **out,
+                           size_t *len);
+
 /* Where a scale's shards live: a store and the scale's directory in it. */
 typedef struct cnx_sharded_source {
     cnx_store *store;   /* borrowed */
