@@ -5,16 +5,18 @@
  * written in canonical JSON so that the same layer always has the same info
  * bytes. Reads walk the chunks a box touches in z, y, x order, fetch each
  * (checking its expected digest when the caller has one), decode it into a
- * scratch chunk volume and copy the overlap into the result; writes cut a
- * chunk-aligned volume into its chunks and put each write-once. Chunk bytes
- * are little-endian; this file refuses to build on a big-endian host rather
- * than silently writing the wrong bytes.
+ * scratch chunk volume and copy the overlap into the result (a sharded
+ * scale's chunks come from their shards through cnx/sharded.h, then the
+ * same decoding); writes cut a chunk-aligned volume into its chunks and put
+ * each write-once. Chunk bytes are little-endian; this file refuses to
+ * build on a big-endian host rather than silently writing the wrong bytes.
  */
 #include "cnx/precomputed.h"
 
 #include <assert.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +92,86 @@ static int copy_key(char *dst, const json_t *value, const char *what)
     return 0;
 }
 
+/* One of two encodings ("raw" when absent), by name. */
+static int parse_shard_encoding(cnx_shard_encoding *out, const json_t *v,
+                                int idx, const char *field)
+{
+    const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+    if (v == NULL || (s != NULL && strcmp(s, "raw") == 0)) {
+        *out = CNX_SHARD_ENC_RAW;
+        return 0;
+    }
+    if (s != NULL && strcmp(s, "gzip") == 0) {
+        *out = CNX_SHARD_ENC_GZIP;
+        return 0;
+    }
+    return cnx_error_set(CNX_ECORRUPT, 0,
+                         "info: scales[%d].sharding.%s: must be \"raw\" or "
+                         "\"gzip\"",
+                         idx, field);
+}
+
+/* A scale's "sharding" member (neuroglancer_uint64_sharded_v1). Members we
+ * do not know are ignored: the format lets writers add their own. */
+static int parse_sharding(cnx_sharding *sh, const json_t *js, int idx)
+{
+    static const char *const bits[] = {"preshift_bits", "minishard_bits",
+                                       "shard_bits"};
+    int *const dst[] = {&sh->preshift_bits, &sh->minishard_bits,
+                        &sh->shard_bits};
+    const json_t *v;
+    const char *s;
+    int rc;
+
+    if (!json_is_object(js))
+        return cnx_error_set(CNX_ECORRUPT, 0,
+                             "info: scales[%d].sharding: must be an object",
+                             idx);
+    v = json_object_get(js, "@type");
+    if (!json_is_string(v) || strcmp(json_string_value(v),
+                                     "neuroglancer_uint64_sharded_v1") != 0)
+        return cnx_error_set(CNX_ECORRUPT, 0,
+                             "info: scales[%d].sharding.@type: must be "
+                             "\"neuroglancer_uint64_sharded_v1\"",
+                             idx);
+    for (int i = 0; i < 3; i++) {
+        v = json_object_get(js, bits[i]);
+        if (!cnx__json_int_in(v, 0, 64))
+            return cnx_error_set(CNX_ECORRUPT, 0,
+                                 "info: scales[%d].sharding.%s: must be an "
+                                 "integer in 0..64",
+                                 idx, bits[i]);
+        *dst[i] = (int)json_integer_value(v);
+    }
+    v = json_object_get(js, "hash");
+    s = json_is_string(v) ? json_string_value(v) : "";
+    if (strcmp(s, "identity") == 0)
+        sh->hash = CNX_SHARD_HASH_IDENTITY;
+    else if (strcmp(s, "murmurhash3_x86_128") == 0)
+        sh->hash = CNX_SHARD_HASH_MURMUR3;
+    else
+        return cnx_error_set(CNX_ECORRUPT, 0,
+                             "info: scales[%d].sharding.hash: must be "
+                             "\"identity\" or \"murmurhash3_x86_128\"",
+                             idx);
+    rc = parse_shard_encoding(&sh->minishard_index_encoding,
+                              json_object_get(js, "minishard_index_encoding"),
+                              idx, "minishard_index_encoding");
+    if (rc == 0)
+        rc = parse_shard_encoding(&sh->data_encoding,
+                                  json_object_get(js, "data_encoding"), idx,
+                                  "data_encoding");
+    if (rc != 0)
+        return rc;
+    if (cnx_sharding_check(sh) != 0) {
+        char why[sizeof(cnx_error_last()->message)];
+        snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
+        return cnx_error_set(CNX_ECORRUPT, 0, "info: scales[%d].%s", idx,
+                             why);
+    }
+    return 0;
+}
+
 static int parse_scale(cnx_scale *sc, const json_t *js, int idx,
                        const cnx_layer_info *info)
 {
@@ -151,12 +233,15 @@ static int parse_scale(cnx_scale *sc, const json_t *js, int idx,
                         CNX_ECORRUPT, what);
     if (rc != 0)
         return rc;
-    if (json_object_get(js, "sharding") != NULL &&
-        !json_is_null(json_object_get(js, "sharding")))
-        return cnx_error_set(CNX_EUNSUPPORTED, 0,
-                             "info: scales[%d]: sharded layers are not "
-                             "supported yet",
-                             idx);
+    v = json_object_get(js, "sharding");
+    sc->sharded = 0;
+    memset(&sc->sharding, 0, sizeof(sc->sharding));
+    if (v != NULL && !json_is_null(v)) {
+        rc = parse_sharding(&sc->sharding, v, idx);
+        if (rc != 0)
+            return rc;
+        sc->sharded = 1;
+    }
     v = json_object_get(js, "encoding");
     enc = json_is_string(v) ? json_string_value(v) : NULL;
     if (enc == NULL)
@@ -303,6 +388,31 @@ static json_t *json_ivec(const int64_t *v, size_t n)
     return a;
 }
 
+static json_t *json_sharding(const cnx_sharding *sh)
+{
+    json_t *js = json_object();
+    json_object_set_new(js, "@type",
+                        json_string("neuroglancer_uint64_sharded_v1"));
+    json_object_set_new(js, "preshift_bits", json_integer(sh->preshift_bits));
+    json_object_set_new(js, "minishard_bits",
+                        json_integer(sh->minishard_bits));
+    json_object_set_new(js, "shard_bits", json_integer(sh->shard_bits));
+    json_object_set_new(js, "hash",
+                        json_string(sh->hash == CNX_SHARD_HASH_MURMUR3
+                                        ? "murmurhash3_x86_128"
+                                        : "identity"));
+    json_object_set_new(js, "minishard_index_encoding",
+                        json_string(sh->minishard_index_encoding ==
+                                            CNX_SHARD_ENC_GZIP
+                                        ? "gzip"
+                                        : "raw"));
+    json_object_set_new(js, "data_encoding",
+                        json_string(sh->data_encoding == CNX_SHARD_ENC_GZIP
+                                        ? "gzip"
+                                        : "raw"));
+    return js;
+}
+
 int cnx_info_to_json(const cnx_layer_info *info, char **out)
 {
     json_t *js = json_object();
@@ -345,6 +455,8 @@ int cnx_info_to_json(const cnx_layer_info *info, char **out)
         if (sc->encoding == CNX_ENC_CSEG)
             json_object_set_new(s, "compressed_segmentation_block_size",
                                 json_ivec(sc->cseg_block, 3));
+        if (sc->sharded)
+            json_object_set_new(s, "sharding", json_sharding(&sc->sharding));
         json_array_append_new(scales, s);
     }
     json_object_set_new(js, "scales", scales);
@@ -363,6 +475,20 @@ nomem:
     json_decref(js);
     json_decref(scales);
     return cnx_error_set(CNX_ENOMEM, 0, "info: out of memory");
+}
+
+/* Scale s exists and keeps one object per chunk: writing the chunks of a
+ * sharded scale and digesting them is not built yet (reading is). */
+static int check_unsharded(const cnx_layer_info *info, int s)
+{
+    if (s < 0 || s >= info->nscales)
+        return cnx_error_set(CNX_EINVAL, 0, "scale %d out of range", s);
+    if (info->scales[s].sharded)
+        return cnx_error_set(CNX_EUNSUPPORTED, 0,
+                             "scale '%s' is sharded: its chunks are not "
+                             "written or digested through layers yet",
+                             info->scales[s].key);
+    return 0;
 }
 
 /* Check that vol fits scale s of info as a whole chunk's worth of data. */
@@ -431,10 +557,111 @@ int cnx_chunk_decode(const cnx_layer_info *info, int s, const uint8_t *data,
     return 0;
 }
 
+/*
+ * Decoded minishard indexes of the layer's sharded scales, so that reading
+ * many chunks of one minishard reads its shard index entry and its index
+ * once (then one ranged read a chunk). Bounded by count and by decoded
+ * bytes; the least recently used goes first. Absent shards are not kept
+ * (a shard may appear later). Guarded by its own mutex: reads of one layer
+ * may run in several threads, as the store allows.
+ */
+#define SHARD_CACHE_MAX 64
+#define SHARD_CACHE_BYTES ((size_t)64 << 20)
+
+typedef struct shard_cached {
+    int scale;
+    uint64_t shard, minishard;
+    cnx_minishard_entry *entries; /* n entries, owned; NULL when n is 0 */
+    size_t n;
+    uint64_t used; /* tick of the last use */
+} shard_cached;
+
+typedef struct shard_cache {
+    pthread_mutex_t lock;
+    shard_cached items[SHARD_CACHE_MAX];
+    int count;
+    size_t bytes;
+    uint64_t tick;
+} shard_cache;
+
 struct cnx_layer {
     cnx_store *store;
     cnx_layer_info info;
+    shard_cache shards;
 };
+
+/* Drop every cached index (the info changed, or the layer is freed). */
+static void shard_cache_clear(shard_cache *c)
+{
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < c->count; i++)
+        free(c->items[i].entries);
+    c->count = 0;
+    c->bytes = 0;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Find chunk_id in a cached minishard index: 1 and *hit if that index is
+ * cached (*found says whether the chunk is in it), 0 if not cached. */
+static int shard_cache_find(shard_cache *c, int scale, uint64_t shard,
+                            uint64_t minishard, uint64_t chunk_id,
+                            cnx_minishard_entry *hit, int *found)
+{
+    int cached = 0;
+    *found = 0;
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < c->count && !cached; i++) {
+        shard_cached *e = &c->items[i];
+        if (e->scale != scale || e->shard != shard || e->minishard != minishard)
+            continue;
+        cached = 1;
+        e->used = ++c->tick;
+        for (size_t k = 0; k < e->n; k++)
+            if (e->entries[k].chunk_id == chunk_id) {
+                *hit = e->entries[k];
+                *found = 1;
+                break;
+            }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return cached;
+}
+
+/* Keep a decoded minishard index (takes entries; frees it when it is not
+ * kept: too big, or another thread kept the same one first). */
+static void shard_cache_put(shard_cache *c, int scale, uint64_t shard,
+                            uint64_t minishard, cnx_minishard_entry *entries,
+                            size_t n)
+{
+    size_t bytes = n * sizeof(*entries);
+    if (bytes > SHARD_CACHE_BYTES) {
+        free(entries);
+        return;
+    }
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < c->count; i++)
+        if (c->items[i].scale == scale && c->items[i].shard == shard &&
+            c->items[i].minishard == minishard) {
+            pthread_mutex_unlock(&c->lock);
+            free(entries);
+            return;
+        }
+    while (c->count > 0 && (c->count == SHARD_CACHE_MAX ||
+                            c->bytes + bytes > SHARD_CACHE_BYTES)) {
+        int old = 0;
+        for (int i = 1; i < c->count; i++)
+            if (c->items[i].used < c->items[old].used)
+                old = i;
+        c->bytes -= c->items[old].n * sizeof(*entries);
+        free(c->items[old].entries);
+        c->items[old] = c->items[--c->count];
+    }
+    assert(c->count < SHARD_CACHE_MAX);
+    c->items[c->count++] =
+        (shard_cached){scale, shard, minishard, entries, n, ++c->tick};
+    c->bytes += bytes;
+    pthread_mutex_unlock(&c->lock);
+}
 
 static int layer_alloc(cnx_layer **out, const char *url)
 {
@@ -448,6 +675,7 @@ static int layer_alloc(cnx_layer **out, const char *url)
         free(layer);
         return rc;
     }
+    pthread_mutex_init(&layer->shards.lock, NULL);
     *out = layer;
     return 0;
 }
@@ -519,6 +747,8 @@ void cnx_layer_free(cnx_layer *layer)
 {
     if (layer == NULL)
         return;
+    shard_cache_clear(&layer->shards);
+    pthread_mutex_destroy(&layer->shards.lock);
     cnx_store_free(layer->store);
     free(layer);
 }
@@ -655,6 +885,99 @@ static int prefetch(cnx_layer *layer, int s, const int64_t lo[3],
     return 0;
 }
 
+/* Chunk id of sharded scale s through the layer's index cache: on a miss,
+ * read and keep its minishard index; then one ranged read of the chunk.
+ * Messages as cnx_sharded_read_chunk's. */
+static int sharded_read(cnx_layer *layer, int s, uint64_t id,
+                        cnx_sharded_source *src, uint8_t **bytes, size_t *len)
+{
+    const cnx_sharding *spec = &layer->info.scales[s].sharding;
+    char name[CNX_SHARD_NAME_MAX];
+    uint64_t shard, minishard;
+    cnx_minishard_entry hit, *entries = NULL;
+    size_t n = 0;
+    int found, rc;
+
+    *bytes = NULL;
+    *len = 0;
+    cnx_sharding_locate(spec, id, &shard, &minishard);
+    if (!shard_cache_find(&layer->shards, s, shard, minishard, id, &hit,
+                          &found)) {
+        rc = cnx_sharded_read_minishard(
+            spec, shard, minishard, cnx_sharded_store_read, src, &entries, &n);
+        if (rc != 0)
+            return rc;
+        found = 0;
+        for (size_t i = 0; i < n && !found; i++)
+            if (entries[i].chunk_id == id) {
+                hit = entries[i];
+                found = 1;
+            }
+        shard_cache_put(&layer->shards, s, shard, minishard, entries, n);
+    }
+    if (!found) {
+        cnx_sharding_shard_name(spec, shard, name);
+        return cnx_error_set(CNX_ENOTFOUND, 0,
+                             "sharded: chunk %" PRIu64 " not found (not in "
+                             "minishard %" PRIu64 " of %s)",
+                             id, minishard, name);
+    }
+    return cnx_sharded_read_entry(spec, shard, &hit, cnx_sharded_store_read,
+                                  src, bytes, len);
+}
+
+/*
+ * Fetch the stored bytes of chunk g of sharded scale s: its grid position
+ * -> compressed Morton chunk id -> cnx_sharded_read_chunk over the layer's
+ * store (ranged reads of the shard "<key>/<shard>.shard", its minishard
+ * index kept in the layer's cache). CNX_ENOTFOUND when the shard file or
+ * the chunk is absent.
+ * A raw chunk at the upper bound may be stored whole rather than truncated
+ * (writers differ): if its size says so, *cbox is widened to the whole
+ * chunk and the caller copies only the part inside the scale.
+ */
+static int sharded_fetch(cnx_layer *layer, int s, const cnx_grid *grid,
+                         const int64_t g[3], cnx_box *cbox, uint8_t **bytes,
+                         size_t *len)
+{
+    const cnx_scale *sc = &layer->info.scales[s];
+    cnx_sharded_source src = {layer->store, sc->key};
+    uint64_t pos[3], shape[3], id;
+    int64_t counts[3];
+    int rc;
+
+    cnx_grid_counts(grid, counts);
+    for (int i = 0; i < 3; i++) {
+        assert(g[i] >= 0 && g[i] < counts[i]);
+        pos[i] = (uint64_t)g[i];
+        shape[i] = (uint64_t)counts[i];
+    }
+    rc = cnx_sharding_morton(pos, shape, &id);
+    if (rc != 0)
+        return rc;
+    rc = sharded_read(layer, s, id, &src, bytes, len);
+    if (rc != 0 && rc != CNX_ENOTFOUND)
+        cnx_error_wrap("scale %s: chunk %" PRId64 ",%" PRId64 ",%" PRId64,
+                       sc->key, g[0], g[1], g[2]);
+    if (rc == 0 && *len > chunk_read_limit(&layer->info, s)) {
+        free(*bytes);
+        *bytes = NULL;
+        return cnx_error_set(CNX_ETOOBIG, 0,
+                             "scale %s: chunk %" PRId64 ",%" PRId64 ",%" PRId64
+                             " of %zu bytes is over the limit",
+                             sc->key, g[0], g[1], g[2], *len);
+    }
+    if (rc == 0 && sc->encoding == CNX_ENC_RAW) {
+        cnx_volume whole = {layer->info.dtype, *cbox, layer->info.channels,
+                            NULL};
+        for (int i = 0; i < 3; i++)
+            whole.box.max[i] = whole.box.min[i] + sc->chunk[i];
+        if (*len == cnx_volume_bytes(&whole))
+            *cbox = whole.box;
+    }
+    return rc;
+}
+
 int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
                    unsigned flags, cnx_expect_fn expect, void *expect_ctx,
                    cnx_object_list *read, cnx_volume **out)
@@ -666,11 +989,17 @@ int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
     cnx_grid grid;
     cnx_box bounds;
     int64_t lo[3], hi[3], g[3];
-    int rc;
+    int rc, sharded;
 
     *out = NULL;
     if (s < 0 || s >= info->nscales)
         return cnx_error_set(CNX_EINVAL, 0, "scale %d out of range", s);
+    sharded = info->scales[s].sharded;
+    if (sharded && (expect != NULL || read != NULL))
+        return cnx_error_set(CNX_EUNSUPPORTED, 0,
+                             "scale '%s' is sharded: digests of its chunks "
+                             "are not defined yet",
+                             info->scales[s].key);
     grid = cnx_info_grid(info, s);
     bounds = cnx_grid_bounds(&grid);
     if (cnx_box_empty(box) || !cnx_box_contains(&bounds, box))
@@ -684,7 +1013,7 @@ int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
     if (rc != 0)
         return rc;
     cnx_grid_chunk_range(&grid, box, lo, hi);
-    if (cnx_store_is_remote(layer->store)) {
+    if (!sharded && cnx_store_is_remote(layer->store)) {
         rc = prefetch(layer, s, lo, hi, expect, expect_ctx, &pre, &npre);
         if (rc != 0)
             goto fail;
@@ -698,28 +1027,34 @@ int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
                 uint8_t *bytes = NULL;
                 size_t len = 0;
 
-                rc = cnx_layer_chunk_name(info, s, &cbox, name, sizeof(name));
-                if (rc != 0)
-                    goto fail;
-                want = expect ? expect(expect_ctx, name) : NULL;
-                if (pre != NULL) {
-                    /* Fetched concurrently above, in this same order. */
-                    cnx_store_get_req *r = &pre[ipre++];
-                    assert(ipre <= npre);
-                    bytes = r->data;
-                    len = r->len;
-                    r->data = NULL;
-                    rc = r->rc == 0 ? 0
-                                    : cnx_error_set(r->rc, r->retriable, "%s",
-                                                    r->message);
-                } else if (want != NULL)
-                    rc = cnx_store_get_verified(layer->store, name, want,
-                                                chunk_read_limit(info, s),
-                                                &bytes, &len);
-                else
-                    rc = cnx_store_get(layer->store, name,
-                                       chunk_read_limit(info, s), &bytes,
-                                       &len);
+                want = NULL;
+                if (sharded) {
+                    rc = sharded_fetch(layer, s, &grid, g, &cbox, &bytes, &len);
+                } else {
+                    rc = cnx_layer_chunk_name(info, s, &cbox, name,
+                                              sizeof(name));
+                    if (rc != 0)
+                        goto fail;
+                    want = expect ? expect(expect_ctx, name) : NULL;
+                    if (pre != NULL) {
+                        /* Fetched concurrently above, in this same order. */
+                        cnx_store_get_req *r = &pre[ipre++];
+                        assert(ipre <= npre);
+                        bytes = r->data;
+                        len = r->len;
+                        r->data = NULL;
+                        rc = r->rc == 0 ? 0
+                                        : cnx_error_set(r->rc, r->retriable,
+                                                        "%s", r->message);
+                    } else if (want != NULL)
+                        rc = cnx_store_get_verified(layer->store, name, want,
+                                                    chunk_read_limit(info, s),
+                                                    &bytes, &len);
+                    else
+                        rc = cnx_store_get(layer->store, name,
+                                           chunk_read_limit(info, s), &bytes,
+                                           &len);
+                }
                 if (rc == CNX_ENOTFOUND && (flags & CNX_READ_FILL_MISSING))
                     continue;
                 if (rc != 0)
@@ -782,8 +1117,9 @@ int cnx_layer_write(cnx_layer *layer, int s, const cnx_volume *vol,
     int64_t lo[3], hi[3], g[3];
     int rc;
 
-    if (s < 0 || s >= info->nscales)
-        return cnx_error_set(CNX_EINVAL, 0, "scale %d out of range", s);
+    rc = check_unsharded(info, s);
+    if (rc != 0)
+        return rc;
     rc = check_chunk_volume(info, s, vol);
     if (rc != 0)
         return rc;
@@ -844,7 +1180,10 @@ int cnx_info_find_scale(const cnx_layer_info *info, const char *key)
 
 static int scale_equal(const cnx_scale *a, const cnx_scale *b)
 {
-    if (strcmp(a->key, b->key) != 0 || a->encoding != b->encoding)
+    if (strcmp(a->key, b->key) != 0 || a->encoding != b->encoding ||
+        a->sharded != b->sharded ||
+        (a->sharded && memcmp(&a->sharding, &b->sharding,
+                              sizeof(a->sharding)) != 0))
         return 0;
     for (int i = 0; i < 3; i++) {
         if (a->size[i] != b->size[i] || a->resolution[i] != b->resolution[i] ||
@@ -876,8 +1215,10 @@ int cnx_layer_reload(cnx_layer *layer)
     char digest[CNX_DIGEST_LEN];
     cnx_layer_info info;
     int rc = read_info(layer, &info, digest);
-    if (rc == 0)
+    if (rc == 0) {
         layer->info = info;
+        shard_cache_clear(&layer->shards);
+    }
     return rc;
 }
 
@@ -892,6 +1233,7 @@ int cnx_layer_add_scale(cnx_layer *layer, const cnx_scale *scale, int *index)
         at = cnx_info_find_scale(&info, scale->key);
         if (at >= 0) {
             layer->info = info;
+            shard_cache_clear(&layer->shards);
             *index = at;
             if (!scale_equal(&info.scales[at], scale))
                 return cnx_error_set(CNX_EIMMUTABLE, 0,
@@ -916,6 +1258,7 @@ int cnx_layer_add_scale(cnx_layer *layer, const cnx_scale *scale, int *index)
         if (rc != 0)
             return rc;
         layer->info = info;
+        shard_cache_clear(&layer->shards);
         *index = info.nscales - 1;
         return 0;
     }
@@ -931,8 +1274,9 @@ int cnx_layer_digests(cnx_layer *layer, int s, const cnx_box *box,
     int64_t lo[3], hi[3], g[3];
     int rc;
 
-    if (s < 0 || s >= info->nscales)
-        return cnx_error_set(CNX_EINVAL, 0, "scale %d out of range", s);
+    rc = check_unsharded(info, s);
+    if (rc != 0)
+        return rc;
     grid = cnx_info_grid(info, s);
     cnx_grid_chunk_range(&grid, box, lo, hi);
     for (g[2] = lo[2]; g[2] < hi[2]; g[2]++) {

@@ -4,7 +4,8 @@
 # does: put/get round trips byte for byte (empty, small, 300 KiB, a name
 # that needs percent-encoding), identical re-put succeeds, different re-put
 # is EIMMUTABLE and leaves the object, a wrong digest is EDIGEST, a missing
-# object ENOTFOUND, ranged reads (inside, past the end), listing in byte
+# object ENOTFOUND, ranged reads (inside, ending at the end, running past
+# it, starting at or after it: fewer or no bytes), listing in byte
 # order under a prefix (component-wise), compare-and-swap success and
 # conflicts -- for file://, s3:// and gs:// (through CNX_GS_ENDPOINT). Then
 # s3:// only: listings past 1000 keys (continuation tokens) and with a
@@ -108,6 +109,8 @@ suite() { # URL: the behaviour every writable store shares
     check "$s: exists (missing)" prints 0 "$TOOL" exists "$u" obj/missing
     check "$s: range inside" range_is "$u" obj/big 1000 5000 "$tmp/big"
     check "$s: range running past the end" range_is "$u" obj/big 307000 1000 "$tmp/big"
+    check "$s: range ending at the end" range_is "$u" obj/big 307100 100 "$tmp/big"
+    check "$s: range starting at the end is empty" range_is "$u" obj/big 307200 10 "$tmp/big"
     check "$s: range after the end is empty" range_is "$u" obj/big 400000 10 "$tmp/big"
     check "$s: range of a missing object" fails_with ENOTFOUND "$TOOL" range "$u" obj/missing 0 10
     for n in x9 a0 '~' B a/b x10 %; do "$TOOL" put "$u" "ord/$n" "$tmp/small" >/dev/null || true; done

@@ -17,6 +17,7 @@
 
 #include "cnx/digest.h"
 #include "cnx/geom.h"
+#include "cnx/sharded.h"
 #include "cnx/store.h"
 #include "cnx/volume.h"
 
@@ -45,6 +46,8 @@ typedef struct cnx_scale {
     int64_t chunk[3];            /* the first of chunk_sizes */
     cnx_encoding encoding;
     int64_t cseg_block[3];       /* compressed_segmentation_block_size */
+    int sharded;                 /* 1: chunks are in shards (sharding) */
+    cnx_sharding sharding;       /* valid when sharded */
 } cnx_scale;
 
 typedef struct cnx_layer_info {
@@ -69,7 +72,11 @@ void cnx_info_init(cnx_layer_info *info, cnx_layer_type type, cnx_dtype dtype,
 /**
  * Parse and check an `info` document. Unknown top-level keys are kept out of
  * the struct but accepted (other tools add their own); every field we use is
- * checked and a bad one named ("info: scales[0].chunk_sizes: ...").
+ * checked and a bad one named ("info: scales[0].chunk_sizes: ..."). A
+ * scale's "sharding" (neuroglancer_uint64_sharded_v1) is parsed into
+ * scale->sharding; its unknown members are ignored, as the format allows.
+ * cnx_layer_read reads a sharded scale; cnx_layer_write and
+ * cnx_layer_digests refuse one (CNX_EUNSUPPORTED).
  * @return 0; CNX_ECORRUPT for malformed JSON or a bad field;
  *         CNX_EUNSUPPORTED for a valid encoding we lack (jpeg).
  */
@@ -178,9 +185,14 @@ enum {
  * volume, assembling it from the chunks it touches.
  * @param expect   optional expected-digest lookup (NULL: none)
  * @param read     optional: receives every chunk read with its digest
+ * A sharded scale's chunks are read from their shards (cnx/sharded.h:
+ * compressed Morton id, three ranged reads each); a chunk absent from its
+ * shard is a missing chunk. expect and read must be NULL there (digests
+ * of chunks inside shards are not defined yet).
  * @return 0; CNX_ERANGE for a box outside the scale; CNX_ENOTFOUND for a
  *         missing chunk (unless CNX_READ_FILL_MISSING); CNX_EDIGEST;
- *         CNX_ECORRUPT for a truncated or corrupt chunk; CNX_EIO.
+ *         CNX_ECORRUPT for a truncated or corrupt chunk (or shard); CNX_EIO;
+ *         CNX_EUNSUPPORTED for expect or read on a sharded scale.
  */
 int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
                    unsigned flags, cnx_expect_fn expect, void *expect_ctx,

@@ -116,7 +116,10 @@ int cnx_store_get(cnx_store *store, const char *name, size_t max_len,
 
 /**
  * Read bytes [offset, offset + len) of an object; fewer (got < len) when
- * the object ends first.
+ * the object ends first, none (got 0, not an error) when offset is at or
+ * after its end. file:// preads; remote stores send one GET with
+ * "Range: bytes=offset-(offset+len-1)" (a 416 answer is 0 bytes). Never
+ * served from nor stored in the read cache (docs/storage.md).
  * @param[out] data  caller frees with free(); NUL-terminated
  * @return 0; CNX_ENAME; CNX_ENOTFOUND; CNX_ERANGE (len 0 or over
  *         CNX_STORE_MAX_OBJECT); CNX_EIO (retriable).

@@ -69,7 +69,9 @@ static const struct corruption corruptions[] = {
     {"0", "compressed_segmentation_block_size", NULL, CNX_ECORRUPT,
      "compressed_segmentation_block_size"},
     {"0", "sharding", "{\"@type\":\"neuroglancer_uint64_sharded_v1\"}",
-     CNX_EUNSUPPORTED, "sharded"},
+     CNX_ECORRUPT, "sharding.preshift_bits"},
+    {"0", "sharding", "{\"@type\":\"neuroglancer_uint64_sharded_v2\"}",
+     CNX_ECORRUPT, "sharding.@type"},
     {"0", "bogus", "1", CNX_ECORRUPT, "unknown key 'bogus'"},
 };
 

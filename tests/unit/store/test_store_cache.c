@@ -220,6 +220,49 @@ static void test_store__range_reads_and_short_tails(void **state)
     cnx_test_rmtree(dir);
 }
 
+/* file:// ranges decide as HTTP does: a range ending at the end is whole,
+ * one starting at or after the end is empty (0 bytes, not an error). */
+static void test_store__range_at_and_past_the_end_is_short_not_an_error(
+    void **state)
+{
+    char dir[64];
+    cnx_store *store = NULL;
+    uint8_t buf[1000], *data = NULL;
+    size_t got = 99;
+    (void)state;
+
+    cnx_test_tmpdir(dir);
+    assert_int_equal(cnx_store_open(&store, dir), 0);
+    fill(buf, sizeof(buf), 5);
+    assert_int_equal(cnx_store_put(store, "x", buf, sizeof(buf), NULL), 0);
+    assert_int_equal(cnx_store_get_range(store, "x", 900, 100, &data, &got),
+                     0);
+    assert_int_equal(got, 100);
+    assert_memory_equal(data, buf + 900, 100);
+    free(data);
+    assert_int_equal(cnx_store_get_range(store, "x", 0, 1000, &data, &got), 0);
+    assert_int_equal(got, 1000);
+    assert_memory_equal(data, buf, 1000);
+    free(data);
+    assert_int_equal(cnx_store_get_range(store, "x", 1000, 10, &data, &got),
+                     0);
+    assert_int_equal(got, 0);
+    assert_non_null(data);
+    assert_int_equal(data[0], 0); /* NUL-terminated, even when empty */
+    free(data);
+    assert_int_equal(
+        cnx_store_get_range(store, "x", (uint64_t)1 << 40, 10, &data, &got), 0);
+    assert_int_equal(got, 0);
+    free(data);
+    assert_int_equal(cnx_store_get_range(store, "missing/x", 0, 1, &data,
+                                         &got),
+                     CNX_ENOTFOUND);
+    assert_null(data);
+    assert_int_equal(got, 0);
+    cnx_store_free(store);
+    cnx_test_rmtree(dir);
+}
+
 static void test_store__get_many_keeps_results_in_request_order(void **state)
 {
     char dir[64], names[6][16], digests[6][CNX_DIGEST_LEN];
@@ -289,6 +332,8 @@ int main(void)
         cmocka_unit_test(
             test_store_cache__evicts_least_recently_used_like_the_model),
         cmocka_unit_test(test_store__range_reads_and_short_tails),
+        cmocka_unit_test(
+            test_store__range_at_and_past_the_end_is_short_not_an_error),
         cmocka_unit_test(
             test_store__get_many_keeps_results_in_request_order),
         cmocka_unit_test(test_store__sizes_parse_with_binary_units),

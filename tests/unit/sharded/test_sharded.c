@@ -1,0 +1,489 @@
+/*
+ * Sharded format (cnx/sharded.h): MurmurHash3_x86_128 against SMHasher's
+ * published verification value, compressed Morton codes, shard location
+ * and names, index decoding of truncated and forged input, bounded gzip,
+ * lookups through an in-memory shard, and the "sharding" member of info.
+ * tests/integration/sharded_ref.sh checks against an independent writer.
+ */
+#include "cnx_test.h"
+
+#include <zlib.h>
+
+#include "cnx/error.h"
+#include "cnx/precomputed.h"
+#include "cnx/sharded.h"
+#include "cnx/store.h"
+
+static void test_sharded__murmur3_matches_smhasher_verification(void **state)
+{
+    /* SMHasher's VerificationTest: keys {}, {0}, {0,1}, ... hashed with seed
+     * 256 - length; the digests hashed with seed 0; its first word. */
+    uint8_t key[256], digests[256 * 16];
+    uint32_t h[4];
+    (void)state;
+    for (int i = 0; i < 256; i++) {
+        key[i] = (uint8_t)i;
+        cnx_murmur3_x86_128(key, (size_t)i, 256u - (uint32_t)i, h);
+        for (int w = 0; w < 4; w++)
+            for (int b = 0; b < 4; b++)
+                digests[16 * i + 4 * w + b] = (uint8_t)(h[w] >> (8 * b));
+    }
+    cnx_murmur3_x86_128(digests, sizeof(digests), 0, h);
+    assert_int_equal(h[0], 0xB3ECE62Au);
+}
+
+static void test_sharded__morton_skips_axes_without_bits(void **state)
+{
+    uint64_t code;
+    (void)state;
+    /* x fastest: on 2x2x2, (1,0,0) -> 1, (0,1,0) -> 2, (0,0,1) -> 4 */
+    assert_int_equal(cnx_sharding_morton((uint64_t[]){1, 0, 0},
+                                         (uint64_t[]){2, 2, 2}, &code),
+                     0);
+    assert_int_equal(code, 1);
+    assert_int_equal(cnx_sharding_morton((uint64_t[]){0, 0, 1},
+                                         (uint64_t[]){2, 2, 2}, &code),
+                     0);
+    assert_int_equal(code, 4);
+    /* grid 1x1x8: only z has bits */
+    assert_int_equal(cnx_sharding_morton((uint64_t[]){0, 0, 5},
+                                         (uint64_t[]){1, 1, 8}, &code),
+                     0);
+    assert_int_equal(code, 5);
+    /* grid 4x2x1: x0 y0 x1 */
+    assert_int_equal(cnx_sharding_morton((uint64_t[]){2, 1, 0},
+                                         (uint64_t[]){4, 2, 1}, &code),
+                     0);
+    assert_int_equal(code, 6);
+    assert_int_equal(cnx_sharding_morton((uint64_t[]){4, 0, 0},
+                                         (uint64_t[]){4, 2, 1}, &code),
+                     CNX_ERANGE);
+    assert_int_equal(
+        cnx_sharding_morton((uint64_t[]){0, 0, 0},
+                            (uint64_t[]){1ull << 22, 1ull << 22, 1ull << 22},
+                            &code),
+        CNX_ERANGE);
+}
+
+static void test_sharded__locate_and_name(void **state)
+{
+    cnx_sharding spec = {
+        0, 2, 5, CNX_SHARD_HASH_IDENTITY, CNX_SHARD_ENC_RAW, CNX_SHARD_ENC_RAW};
+    uint64_t shard, mini;
+    char name[CNX_SHARD_NAME_MAX];
+    (void)state;
+    assert_int_equal(cnx_sharding_check(&spec), 0);
+    cnx_sharding_locate(&spec, 0x7b, &shard, &mini); /* 111 1011 */
+    assert_int_equal(mini, 3);
+    assert_int_equal(shard, 0x1e);
+    cnx_sharding_shard_name(&spec, shard, name);
+    assert_string_equal(name, "1e.shard");
+    spec.shard_bits = 0;
+    cnx_sharding_shard_name(&spec, 0, name);
+    assert_string_equal(name, "0.shard");
+    spec.shard_bits = 9;
+    cnx_sharding_shard_name(&spec, 10, name);
+    assert_string_equal(name, "00a.shard");
+    spec.preshift_bits = 64;
+    assert_int_equal(cnx_sharding_hash(&spec, UINT64_MAX), 0);
+    spec.shard_bits = 63;
+    assert_int_equal(cnx_sharding_check(&spec), CNX_EINVAL);
+    assert_non_null(strstr(cnx_error_last()->message, "shard_bits"));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void test_sharded__index_decode_refuses_forged_entries(void **state)
+{
+    cnx_sharding spec = {
+        0, 1, 0, CNX_SHARD_HASH_IDENTITY, CNX_SHARD_ENC_RAW, CNX_SHARD_ENC_RAW};
+    uint8_t idx[32] = {0};
+    cnx_shard_range *r;
+    uint8_t ms[48];
+    cnx_minishard_entry *e;
+    size_t n;
+    (void)state;
+    put64(idx + 16, 10);
+    put64(idx + 24, 58);
+    assert_int_equal(cnx_shard_index_decode(&spec, idx, 32, &r), 0);
+    assert_int_equal(r[1].start, 42);
+    assert_int_equal(r[1].end, 90);
+    free(r);
+    assert_int_equal(cnx_shard_index_decode(&spec, idx, 31, &r), CNX_ECORRUPT);
+    assert_non_null(strstr(cnx_error_last()->message, "truncated"));
+    put64(idx + 24, 9);
+    assert_int_equal(cnx_shard_index_decode(&spec, idx, 32, &r), CNX_ECORRUPT);
+    assert_non_null(strstr(cnx_error_last()->message, "entry 1"));
+    put64(idx + 24, UINT64_MAX);
+    assert_int_equal(cnx_shard_index_decode(&spec, idx, 32, &r), CNX_ECORRUPT);
+
+    /* two chunks: ids 5, 5+3; offsets 0, +4 after the first's end */
+    put64(ms, 5);
+    put64(ms + 8, 3);
+    put64(ms + 16, 0);
+    put64(ms + 24, 4);
+    put64(ms + 32, 10);
+    put64(ms + 40, 2);
+    assert_int_equal(cnx_minishard_index_decode(&spec, ms, 48, &e, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(e[1].chunk_id, 8);
+    assert_int_equal(e[0].offset, 32);
+    assert_int_equal(e[1].offset, 32 + 10 + 4);
+    free(e);
+    assert_int_equal(cnx_minishard_index_decode(&spec, ms, 47, &e, &n),
+                     CNX_ECORRUPT);
+    put64(ms + 24, UINT64_MAX - 20);
+    assert_int_equal(cnx_minishard_index_decode(&spec, ms, 48, &e, &n),
+                     CNX_ECORRUPT);
+    assert_non_null(strstr(cnx_error_last()->message, "overflows"));
+}
+
+static size_t gzip_bytes(const uint8_t *in, size_t len, uint8_t *out,
+                         size_t cap)
+{
+    z_stream zs;
+    memset(&zs, 0, sizeof(zs));
+    assert_int_equal(
+        deflateInit2(&zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY),
+        Z_OK);
+    zs.next_in = (Bytef *)(uintptr_t)in;
+    zs.avail_in = (uInt)len;
+    zs.next_out = out;
+    zs.avail_out = (uInt)cap;
+    assert_int_equal(deflate(&zs, Z_FINISH), Z_STREAM_END);
+    deflateEnd(&zs);
+    return cap - zs.avail_out;
+}
+
+static void test_sharded__gunzip_is_bounded(void **state)
+{
+    static uint8_t zeros[100000];
+    uint8_t gz[2048], *out;
+    size_t n, len;
+    (void)state;
+    n = gzip_bytes(zeros, sizeof(zeros), gz, sizeof(gz));
+    assert_int_equal(cnx_sharded_gunzip(gz, n, sizeof(zeros), &out, &len), 0);
+    assert_int_equal(len, sizeof(zeros));
+    free(out);
+    assert_int_equal(cnx_sharded_gunzip(gz, n, sizeof(zeros) - 1, &out, &len),
+                     CNX_ETOOBIG);
+    assert_int_equal(cnx_sharded_gunzip(gz, n - 5, sizeof(zeros), &out, &len),
+                     CNX_ECORRUPT);
+    assert_int_equal(
+        cnx_sharded_gunzip((const uint8_t *)"nope", 4, 100, &out, &len),
+        CNX_ECORRUPT);
+    assert_int_equal(cnx_sharded_gunzip(gz, 0, 100, &out, &len), CNX_ECORRUPT);
+}
+
+/* An in-memory shard "0.shard" for lookups. */
+typedef struct mem_shard {
+    const uint8_t *data;
+    size_t len;
+} mem_shard;
+
+static int mem_read(void *ctx, const char *name, uint64_t offset,
+                    uint64_t length, uint8_t **out)
+{
+    const mem_shard *m = ctx;
+    if (strcmp(name, "0.shard") != 0)
+        return CNX_ENOTFOUND;
+    if (offset > m->len || length > m->len - offset)
+        return CNX_ERANGE;
+    *out = malloc(length + 1);
+    assert_non_null(*out);
+    memcpy(*out, m->data + offset, (size_t)length);
+    return 0;
+}
+
+static void test_sharded__lookup_reads_chunks_and_reports_missing(void **st)
+{
+    /* minishard_bits 0, identity: one minishard holding chunks 7 and 9 */
+    cnx_sharding spec = {
+        0, 0, 0, CNX_SHARD_HASH_IDENTITY, CNX_SHARD_ENC_RAW, CNX_SHARD_ENC_RAW};
+    uint8_t shard[16 + 8 + 48];
+    mem_shard m = {shard, sizeof(shard)};
+    uint8_t *out;
+    size_t len;
+    (void)st;
+    put64(shard, 8);
+    put64(shard + 8, 56);
+    memcpy(shard + 16, "abcdefgh", 8);
+    put64(shard + 24, 7);
+    put64(shard + 32, 2);
+    put64(shard + 40, 0);
+    put64(shard + 48, 1);
+    put64(shard + 56, 3);
+    put64(shard + 64, 4);
+    assert_int_equal(cnx_sharded_read_chunk(&spec, 9, mem_read, &m, &out, &len),
+                     0);
+    assert_int_equal(len, 4);
+    assert_memory_equal(out, "efgh", 4);
+    free(out);
+    assert_int_equal(cnx_sharded_read_chunk(&spec, 8, mem_read, &m, &out, &len),
+                     CNX_ENOTFOUND);
+    spec.shard_bits = 1; /* chunk 9 now in "1.shard", which is absent */
+    assert_int_equal(cnx_sharded_read_chunk(&spec, 9, mem_read, &m, &out, &len),
+                     CNX_ENOTFOUND);
+    spec.shard_bits = 0;
+    m.len = 60; /* the minishard index runs past the end */
+    assert_int_equal(cnx_sharded_read_chunk(&spec, 9, mem_read, &m, &out, &len),
+                     CNX_ECORRUPT);
+    assert_non_null(strstr(cnx_error_last()->message, "past the end"));
+    m.len = 10; /* the shard index itself is cut */
+    assert_int_equal(cnx_sharded_read_chunk(&spec, 9, mem_read, &m, &out, &len),
+                     CNX_ECORRUPT);
+    assert_non_null(strstr(cnx_error_last()->message, "0.shard"));
+}
+
+/* The adapter over a file:// store: exact ranges or CNX_ERANGE, never a
+ * short read; missing shards CNX_ENOTFOUND; then a lookup through it. */
+static void test_sharded__store_read_gives_exact_ranges_or_erange(void **st)
+{
+    cnx_sharding spec = {
+        0, 0, 0, CNX_SHARD_HASH_IDENTITY, CNX_SHARD_ENC_RAW, CNX_SHARD_ENC_RAW};
+    uint8_t shard[16 + 8 + 48], *out = NULL;
+    char dir[64];
+    cnx_store *store = NULL;
+    cnx_sharded_source src = {NULL, "s"}, root = {NULL, ""};
+    size_t len;
+    (void)st;
+
+    for (size_t i = 0; i < sizeof(shard); i++)
+        shard[i] = (uint8_t)(i * 7 + 1);
+    cnx_test_tmpdir(dir);
+    assert_int_equal(cnx_store_open(&store, dir), 0);
+    src.store = root.store = store;
+    assert_int_equal(cnx_store_put(store, "s/0.shard", shard, sizeof(shard),
+                                   NULL),
+                     0);
+    assert_int_equal(cnx_store_put(store, "0.shard", shard, 10, NULL), 0);
+    /* inside, and ending exactly at the end */
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 3, 20, &out), 0);
+    assert_memory_equal(out, shard + 3, 20);
+    free(out);
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 60, 12, &out), 0);
+    assert_memory_equal(out, shard + 60, 12);
+    free(out);
+    /* running past the end, starting at it, starting after it */
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 60, 13, &out),
+                     CNX_ERANGE);
+    assert_null(out);
+    assert_non_null(strstr(cnx_error_last()->message, "s/0.shard"));
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 72, 1, &out),
+                     CNX_ERANGE);
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 500, 8, &out),
+                     CNX_ERANGE);
+    /* zero lengths: inside or at the end is fine, after it is not */
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 0, 0, &out), 0);
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 72, 0, &out), 0);
+    assert_null(out);
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 73, 0, &out),
+                     CNX_ERANGE);
+    /* missing shard, whatever the range; overflow; too big */
+    assert_int_equal(cnx_sharded_store_read(&src, "1.shard", 0, 16, &out),
+                     CNX_ENOTFOUND);
+    assert_int_equal(cnx_sharded_store_read(&src, "1.shard", 0, 0, &out),
+                     CNX_ENOTFOUND);
+    assert_int_equal(cnx_sharded_store_read(&src, "1.shard", 5, 0, &out),
+                     CNX_ENOTFOUND);
+    assert_int_equal(
+        cnx_sharded_store_read(&src, "0.shard", UINT64_MAX - 3, 8, &out),
+        CNX_ERANGE);
+    assert_int_equal(cnx_sharded_store_read(&src, "0.shard", 0,
+                                            (uint64_t)CNX_STORE_MAX_OBJECT + 1,
+                                            &out),
+                     CNX_ETOOBIG);
+    /* an empty prefix names the object at the root */
+    assert_int_equal(cnx_sharded_store_read(&root, "0.shard", 0, 10, &out), 0);
+    assert_memory_equal(out, shard, 10);
+    free(out);
+    assert_int_equal(cnx_sharded_store_read(&root, "0.shard", 0, 11, &out),
+                     CNX_ERANGE);
+
+    /* the lookup of test_sharded__lookup_reads_chunks_and_reports_missing,
+     * through the store */
+    put64(shard, 8);
+    put64(shard + 8, 56);
+    memcpy(shard + 16, "abcdefgh", 8);
+    put64(shard + 24, 7);
+    put64(shard + 32, 2);
+    put64(shard + 40, 0);
+    put64(shard + 48, 1);
+    put64(shard + 56, 3);
+    put64(shard + 64, 4);
+    assert_int_equal(cnx_store_put(store, "t/0.shard", shard, sizeof(shard),
+                                   NULL),
+                     0);
+    src.prefix = "t";
+    assert_int_equal(cnx_sharded_read_chunk(&spec, 9, cnx_sharded_store_read,
+                                            &src, &out, &len),
+                     0);
+    assert_int_equal(len, 4);
+    assert_memory_equal(out, "efgh", 4);
+    free(out);
+    assert_int_equal(cnx_sharded_read_chunk(&spec, 8, cnx_sharded_store_read,
+                                            &src, &out, &len),
+                     CNX_ENOTFOUND);
+    /* the same shard cut short: the minishard index runs past its end */
+    assert_int_equal(cnx_store_put(store, "u/0.shard", shard, 60, NULL), 0);
+    src.prefix = "u";
+    assert_int_equal(cnx_sharded_read_chunk(&spec, 9, cnx_sharded_store_read,
+                                            &src, &out, &len),
+                     CNX_ECORRUPT);
+    assert_non_null(strstr(cnx_error_last()->message, "past the end"));
+    cnx_store_free(store);
+    cnx_test_rmtree(dir);
+}
+
+static const char *info_head =
+    "{\"type\":\"image\",\"data_type\":\"uint8\",\"num_channels\":1,"
+    "\"scales\":[{\"key\":\"s\",\"size\":[64,64,64],\"resolution\":[4,4,40],"
+    "\"chunk_sizes\":[[16,16,16]],\"encoding\":\"raw\",\"sharding\":";
+
+static int parse_with(const char *sharding, cnx_layer_info *info)
+{
+    char text[1024];
+    snprintf(text, sizeof(text), "%s%s}]}", info_head, sharding);
+    return cnx_info_parse(info, text, strlen(text));
+}
+
+static void test_sharded__info_sharding_parses_and_round_trips(void **state)
+{
+    cnx_layer_info info, again;
+    char *json;
+    (void)state;
+    assert_int_equal(
+        parse_with("{\"@type\":\"neuroglancer_uint64_sharded_v1\","
+                   "\"preshift_bits\":3,\"hash\":\"murmurhash3_x86_128\","
+                   "\"minishard_bits\":6,\"shard_bits\":2,"
+                   "\"data_encoding\":\"gzip\",\"x-writer\":\"kept out\"}",
+                   &info),
+        0);
+    assert_int_equal(info.scales[0].sharded, 1);
+    assert_int_equal(info.scales[0].sharding.preshift_bits, 3);
+    assert_int_equal(info.scales[0].sharding.hash, CNX_SHARD_HASH_MURMUR3);
+    assert_int_equal(info.scales[0].sharding.minishard_index_encoding,
+                     CNX_SHARD_ENC_RAW);
+    assert_int_equal(info.scales[0].sharding.data_encoding, CNX_SHARD_ENC_GZIP);
+    assert_int_equal(cnx_info_to_json(&info, &json), 0);
+    assert_non_null(strstr(json, "neuroglancer_uint64_sharded_v1"));
+    assert_int_equal(cnx_info_parse(&again, json, strlen(json)), 0);
+    assert_memory_equal(&info, &again, sizeof(info));
+    free(json);
+    assert_int_equal(parse_with("null", &info), 0);
+    assert_int_equal(info.scales[0].sharded, 0);
+}
+
+static void test_sharded__info_bad_sharding_is_named(void **state)
+{
+    static const struct {
+        const char *sharding;
+        const char *part;
+    } cases[] = {
+        {"[]", "sharding: must be an object"},
+        {"{\"@type\":\"v2\",\"preshift_bits\":0,\"hash\":\"identity\","
+         "\"minishard_bits\":0,\"shard_bits\":0}",
+         "sharding.@type"},
+        {"{\"@type\":\"neuroglancer_uint64_sharded_v1\",\"preshift_bits\":0,"
+         "\"hash\":\"md5\",\"minishard_bits\":0,\"shard_bits\":0}",
+         "sharding.hash"},
+        {"{\"@type\":\"neuroglancer_uint64_sharded_v1\",\"preshift_bits\":0,"
+         "\"hash\":\"identity\",\"shard_bits\":0}",
+         "sharding.minishard_bits"},
+        {"{\"@type\":\"neuroglancer_uint64_sharded_v1\",\"preshift_bits\":65,"
+         "\"hash\":\"identity\",\"minishard_bits\":0,\"shard_bits\":0}",
+         "sharding.preshift_bits"},
+        {"{\"@type\":\"neuroglancer_uint64_sharded_v1\",\"preshift_bits\":0,"
+         "\"hash\":\"identity\",\"minishard_bits\":30,\"shard_bits\":40}",
+         "sharding: shard_bits"},
+        {"{\"@type\":\"neuroglancer_uint64_sharded_v1\",\"preshift_bits\":0,"
+         "\"hash\":\"identity\",\"minishard_bits\":0,\"shard_bits\":0,"
+         "\"data_encoding\":\"zstd\"}",
+         "sharding.data_encoding"},
+    };
+    cnx_layer_info info;
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(parse_with(cases[i].sharding, &info), CNX_ECORRUPT);
+        if (strstr(cnx_error_last()->message, cases[i].part) == NULL)
+            fail_msg("case %zu: '%s' lacks '%s'", i, cnx_error_last()->message,
+                     cases[i].part);
+        assert_non_null(strstr(cnx_error_last()->message, "info: scales[0]"));
+    }
+}
+
+static const char *expect_nothing(void *ctx, const char *name)
+{
+    (void)ctx;
+    (void)name;
+    return NULL;
+}
+
+static void test_sharded__layer_reads_sharded_scale_refuses_writes(void **state)
+{
+    char dir[64], url[128];
+    cnx_layer_info info;
+    cnx_layer *layer;
+    cnx_volume *vol = NULL, *other = NULL;
+    cnx_object_list list;
+    cnx_box box = {{0, 0, 0}, {16, 16, 16}};
+    (void)state;
+    cnx_test_tmpdir(dir);
+    snprintf(url, sizeof(url), "file://%s/layer", dir);
+    cnx_object_list_init(&list);
+    assert_int_equal(parse_with("{\"@type\":\"neuroglancer_uint64_sharded_v1\","
+                                "\"preshift_bits\":0,\"hash\":\"identity\","
+                                "\"minishard_bits\":0,\"shard_bits\":0}",
+                                &info),
+                     0);
+    assert_int_equal(cnx_layer_create(&layer, url, &info), 0);
+    /* No shard file yet: a missing chunk, as for an unsharded scale. */
+    assert_int_equal(cnx_layer_read(layer, 0, &box, 0, NULL, NULL, NULL, &vol),
+                     CNX_ENOTFOUND);
+    assert_null(vol);
+    assert_int_equal(cnx_layer_read(layer, 0, &box, CNX_READ_FILL_MISSING, NULL,
+                                    NULL, NULL, &vol),
+                     0);
+    assert_non_null(vol);
+    for (size_t i = 0; i < cnx_volume_bytes(vol); i++)
+        assert_int_equal(((const uint8_t *)vol->data)[i], 0);
+    /* Digests of chunks inside shards are not defined yet. */
+    assert_int_equal(cnx_layer_read(layer, 0, &box, CNX_READ_FILL_MISSING,
+                                    expect_nothing, NULL, NULL, &other),
+                     CNX_EUNSUPPORTED);
+    assert_int_equal(cnx_layer_read(layer, 0, &box, CNX_READ_FILL_MISSING, NULL,
+                                    NULL, &list, &other),
+                     CNX_EUNSUPPORTED);
+    assert_null(other);
+    assert_int_equal(cnx_layer_digests(layer, 0, &box, &list),
+                     CNX_EUNSUPPORTED);
+    assert_non_null(strstr(cnx_error_last()->message, "sharded"));
+    assert_int_equal(cnx_layer_write(layer, 0, vol, NULL), CNX_EUNSUPPORTED);
+    assert_non_null(strstr(cnx_error_last()->message, "sharded"));
+    cnx_volume_free(vol);
+    cnx_object_list_dispose(&list);
+    cnx_layer_free(layer);
+    cnx_test_rmtree(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sharded__murmur3_matches_smhasher_verification),
+        cmocka_unit_test(test_sharded__morton_skips_axes_without_bits),
+        cmocka_unit_test(test_sharded__locate_and_name),
+        cmocka_unit_test(test_sharded__index_decode_refuses_forged_entries),
+        cmocka_unit_test(test_sharded__gunzip_is_bounded),
+        cmocka_unit_test(test_sharded__lookup_reads_chunks_and_reports_missing),
+        cmocka_unit_test(test_sharded__store_read_gives_exact_ranges_or_erange),
+        cmocka_unit_test(test_sharded__info_sharding_parses_and_round_trips),
+        cmocka_unit_test(test_sharded__info_bad_sharding_is_named),
+        cmocka_unit_test(
+            test_sharded__layer_reads_sharded_scale_refuses_writes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
