@@ -399,8 +399,6 @@ static int external_digest(ctl *c, const char *layer, const char *object,
     char *url = malloc(n);
     unsigned h;
     cnx_store *store = NULL;
-    uint8_t *data = NULL;
-    size_t len = 0;
     ctl_digest *d;
     int rc;
     if (url == NULL)
@@ -413,16 +411,15 @@ static int external_digest(ctl *c, const char *layer, const char *object,
             free(url);
             return 0;
         }
+    /* A chunk of a sharded input is read from its shard (its bytes there). */
     rc = cnx_store_open(&store, layer);
     if (rc == 0)
-        rc = cnx_store_get(store, object, 0, &data, &len);
+        rc = cnx_layer_object_digest(store, object, digest, NULL);
     cnx_store_free(store);
     if (rc != 0) {
         free(url);
         return rc;
     }
-    cnx_digest(data, len, digest);
-    free(data);
     d = malloc(sizeof(*d));
     if (d == NULL) {
         free(url);

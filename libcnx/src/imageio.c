@@ -1,5 +1,6 @@
 /*
- * imageio.c - grayscale PNG (libpng) and TIFF (libtiff) in and out.
+ * imageio.c - grayscale PNG (libpng) and TIFF (libtiff) in and out, and
+ * grayscale JPEG (libjpeg-turbo) in, from memory.
  *
  * A reader picks the codec from the file's magic bytes, reads the header,
  * checks the dimensions against CNX_IMAGE_MAX_SIDE and the pixel format
@@ -17,10 +18,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <png.h>
+#include <setjmp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <jpeglib.h> /* after stdio.h: it uses FILE */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -742,6 +746,104 @@ int cnx_image_read(cnx_image **out, const char *path)
     }
 }
 
+/* ------------------------------------------------------------------ */
+/* JPEG (libjpeg-turbo), from memory                                   */
+
+typedef struct jpeg_rctx {
+    struct jpeg_error_mgr mgr; /* first: libjpeg hands back its address */
+    jmp_buf jump;
+    char msg[JMSG_LENGTH_MAX];
+} jpeg_rctx;
+
+static void jpeg_rd_error(j_common_ptr cinfo)
+{
+    jpeg_rctx *ctx = (jpeg_rctx *)cinfo->err;
+    (*cinfo->err->format_message)(cinfo, ctx->msg);
+    longjmp(ctx->jump, 1);
+}
+
+static void jpeg_rd_message(j_common_ptr cinfo)
+{
+    (void)cinfo; /* warnings (e.g. premature end) are caught below */
+}
+
+/* What a volatile-free setjmp body must keep: all in ctx or above it. */
+static int jpeg_decode(cnx_image **out, const uint8_t *data, size_t len,
+                       const char *what)
+{
+    struct jpeg_decompress_struct cinfo;
+    jpeg_rctx ctx;
+    cnx_image *volatile img = NULL;
+    int rc;
+
+    *out = NULL;
+    if (len > (size_t)ULONG_MAX)
+        return cnx_error_set(CNX_ETOOBIG, 0, "%s: JPEG of %zu bytes", what,
+                             len);
+    memset(&ctx, 0, sizeof(ctx));
+    cinfo.err = jpeg_std_error(&ctx.mgr);
+    ctx.mgr.error_exit = jpeg_rd_error;
+    ctx.mgr.output_message = jpeg_rd_message;
+    if (setjmp(ctx.jump) != 0) {
+        jpeg_destroy_decompress(&cinfo);
+        cnx_image_free(img);
+        return cnx_error_set(CNX_ECORRUPT, 0, "%s: corrupt JPEG: %s", what,
+                             ctx.msg);
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, (unsigned long)len);
+    jpeg_read_header(&cinfo, TRUE);
+    if (cinfo.num_components != 1 || cinfo.jpeg_color_space != JCS_GRAYSCALE) {
+        rc = cnx_error_set(CNX_EUNSUPPORTED, 0,
+                           "%s: JPEG with %d components; only gray images "
+                           "are accepted",
+                           what, cinfo.num_components);
+        jpeg_destroy_decompress(&cinfo);
+        return rc;
+    }
+    if (cinfo.image_width < 1 || cinfo.image_height < 1 ||
+        cinfo.image_width > CNX_IMAGE_MAX_SIDE ||
+        cinfo.image_height > CNX_IMAGE_MAX_SIDE * 64) {
+        rc = cnx_error_set(CNX_ETOOBIG, 0, "%s: JPEG of %ux%u pixels", what,
+                           cinfo.image_width, cinfo.image_height);
+        jpeg_destroy_decompress(&cinfo);
+        return rc;
+    }
+    cinfo.out_color_space = JCS_GRAYSCALE;
+    /* The default (islow) DCT: the one whose output every libjpeg and
+     * libjpeg-turbo build gives to the bit. */
+    cinfo.dct_method = JDCT_ISLOW;
+    jpeg_start_decompress(&cinfo);
+    img = calloc(1, sizeof(*img));
+    if (img != NULL)
+        img->pixels = malloc((size_t)cinfo.output_width * cinfo.output_height);
+    if (img == NULL || img->pixels == NULL) {
+        jpeg_destroy_decompress(&cinfo);
+        cnx_image_free(img);
+        return cnx_error_set(CNX_ENOMEM, 0, "%s: out of memory", what);
+    }
+    img->width = cinfo.output_width;
+    img->height = cinfo.output_height;
+    img->bits = 8;
+    while (cinfo.output_scanline < cinfo.output_height) {
+        JSAMPROW row = (JSAMPROW)img->pixels +
+                       (size_t)cinfo.output_scanline * cinfo.output_width;
+        jpeg_read_scanlines(&cinfo, &row, 1);
+    }
+    if (ctx.mgr.num_warnings > 0) {
+        /* libjpeg pads a truncated stream with gray and warns. */
+        jpeg_destroy_decompress(&cinfo);
+        cnx_image_free(img);
+        return cnx_error_set(CNX_ECORRUPT, 0,
+                             "%s: corrupt JPEG (truncated or damaged data)",
+                             what);
+    }
+    jpeg_finish_decompress(&cinfo);
+    jpeg_destroy_decompress(&cinfo);
+    *out = img;
+    return 0;
+}
+
 /*
  * The decoders read files (libpng through stdio, libtiff by path), so a
  * buffer becomes an anonymous in-memory file, read through its
@@ -756,6 +858,8 @@ int cnx_image_decode(cnx_image **out, const void *data, size_t len,
     int fd, rc;
 
     *out = NULL;
+    if (len >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff)
+        return jpeg_decode(out, p, len, what);
     fd = memfd_create("cnx-image", MFD_CLOEXEC);
     if (fd < 0)
         return cnx_error_set(CNX_EIO, 1, "%s: cannot make an in-memory file: %s",

@@ -23,6 +23,7 @@
 
 #include "cnx/cseg.h"
 #include "cnx/error.h"
+#include "cnx/imageio.h"
 #include "json_int.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -172,13 +173,72 @@ static int parse_sharding(cnx_sharding *sh, const json_t *js, int idx)
     return 0;
 }
 
+/* The members of obj not in known, as canonical JSON into dst ("" if
+ * none): kept so that an info cnx writes back keeps what others put in. */
+static int keep_extra(char *dst, size_t cap, const json_t *obj,
+                      const char *const *known, const char *what)
+{
+    json_t *rest = json_object();
+    const char *k;
+    json_t *v;
+    char *text;
+    int rc = 0;
+
+    dst[0] = '\0';
+    if (rest == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "info: out of memory");
+    json_object_foreach((json_t *)obj, k, v) {
+        int found = 0;
+        for (size_t i = 0; known[i] != NULL && !found; i++)
+            found = strcmp(k, known[i]) == 0;
+        if (!found)
+            json_object_set(rest, k, v);
+    }
+    if (json_object_size(rest) > 0) {
+        text = cnx__json_canonical(rest);
+        if (text == NULL)
+            rc = cnx_error_set(CNX_ENOMEM, 0, "info: out of memory");
+        else if (strlen(text) >= cap)
+            rc = cnx_error_set(CNX_ETOOBIG, 0,
+                               "%s: members cnx does not use take %zu bytes, "
+                               "over the %zu kept",
+                               what, strlen(text), cap - 1);
+        else
+            memcpy(dst, text, strlen(text) + 1);
+        free(text);
+    }
+    json_decref(rest);
+    return rc;
+}
+
+/* Put the kept members back into obj (never over one cnx wrote). */
+static int put_extra(json_t *obj, const char *text)
+{
+    json_t *rest;
+    const char *k;
+    json_t *v;
+    if (text[0] == '\0')
+        return 0;
+    rest = json_loads(text, 0, NULL);
+    if (!json_is_object(rest)) {
+        json_decref(rest);
+        return cnx_error_set(CNX_EINVAL, 0, "info: kept members are not a "
+                                            "JSON object");
+    }
+    json_object_foreach(rest, k, v) {
+        if (json_object_get(obj, k) == NULL)
+            json_object_set(obj, k, v);
+    }
+    json_decref(rest);
+    return 0;
+}
+
 static int parse_scale(cnx_scale *sc, const json_t *js, int idx,
                        const cnx_layer_info *info)
 {
     static const char *const keys[] = {
         "key", "size", "resolution", "voxel_offset", "chunk_sizes",
-        "encoding", "compressed_segmentation_block_size", "sharding",
-        "jpeg_quality", "png_level", NULL};
+        "encoding", "compressed_segmentation_block_size", "sharding", NULL};
     char what[96];
     const json_t *v;
     const char *enc;
@@ -187,7 +247,7 @@ static int parse_scale(cnx_scale *sc, const json_t *js, int idx,
     snprintf(what, sizeof(what), "info: scales[%d]", idx);
     if (!json_is_object(js))
         return cnx_error_set(CNX_ECORRUPT, 0, "%s: must be an object", what);
-    rc = cnx__json_only_keys(js, keys, CNX_ECORRUPT, what);
+    rc = keep_extra(sc->extra, sizeof(sc->extra), js, keys, what);
     if (rc != 0)
         return rc;
     snprintf(what, sizeof(what), "scales[%d].key", idx);
@@ -265,11 +325,24 @@ static int parse_scale(cnx_scale *sc, const json_t *js, int idx,
             1 << 10, sc->cseg_block, CNX_ECORRUPT, what);
         if (rc != 0)
             return rc;
-    } else if (strcmp(enc, "jpeg") == 0 || strcmp(enc, "png") == 0 ||
-               strcmp(enc, "compresso") == 0) {
+    } else if (strcmp(enc, "jpeg") == 0 || strcmp(enc, "png") == 0) {
+        /* Read as gray images: Neuroglancer's layout, x by y * z. */
+        int jpeg = enc[0] == 'j';
+        sc->encoding = jpeg ? CNX_ENC_JPEG : CNX_ENC_PNG;
+        if (info->channels != 1 ||
+            !(info->dtype == CNX_DT_UINT8 ||
+              (!jpeg && info->dtype == CNX_DT_UINT16)))
+            return cnx_error_set(CNX_EUNSUPPORTED, 0,
+                                 "info: scales[%d].encoding: %s is read for "
+                                 "one channel of %s, not %" PRId64
+                                 " of %s",
+                                 idx, enc, jpeg ? "uint8" : "uint8 or uint16",
+                                 info->channels, cnx_dtype_name(info->dtype));
+    } else if (strcmp(enc, "compresso") == 0) {
         return cnx_error_set(CNX_EUNSUPPORTED, 0,
                              "info: scales[%d].encoding: '%s' is not "
-                             "supported (raw, compressed_segmentation are)",
+                             "supported (raw, compressed_segmentation, jpeg, "
+                             "png are)",
                              idx, enc);
     } else {
         return cnx_error_set(CNX_ECORRUPT, 0,
@@ -282,6 +355,9 @@ static int parse_scale(cnx_scale *sc, const json_t *js, int idx,
 
 int cnx_info_parse(cnx_layer_info *info, const char *text, size_t len)
 {
+    static const char *const top_keys[] = {
+        "@type", "type", "data_type", "num_channels", "scales", "mesh",
+        "segment_properties", NULL};
     json_t *js = NULL;
     const json_t *v;
     const char *s;
@@ -367,6 +443,7 @@ int cnx_info_parse(cnx_layer_info *info, const char *text, size_t len)
         rc = CNX_ECORRUPT;
         goto done;
     }
+    rc = keep_extra(info->extra, sizeof(info->extra), js, top_keys, "info");
 done:
     json_decref(js);
     return rc;
@@ -413,6 +490,17 @@ static json_t *json_sharding(const cnx_sharding *sh)
     return js;
 }
 
+static const char *encoding_name(cnx_encoding e)
+{
+    switch (e) {
+    case CNX_ENC_CSEG: return "compressed_segmentation";
+    case CNX_ENC_JPEG: return "jpeg";
+    case CNX_ENC_PNG: return "png";
+    case CNX_ENC_RAW: break;
+    }
+    return "raw";
+}
+
 int cnx_info_to_json(const cnx_layer_info *info, char **out)
 {
     json_t *js = json_object();
@@ -449,14 +537,16 @@ int cnx_info_to_json(const cnx_layer_info *info, char **out)
         json_object_set_new(s, "voxel_offset", json_ivec(sc->voxel_offset, 3));
         json_object_set_new(s, "chunk_sizes", chunks);
         json_object_set_new(s, "encoding",
-                            json_string(sc->encoding == CNX_ENC_CSEG
-                                            ? "compressed_segmentation"
-                                            : "raw"));
+                            json_string(encoding_name(sc->encoding)));
         if (sc->encoding == CNX_ENC_CSEG)
             json_object_set_new(s, "compressed_segmentation_block_size",
                                 json_ivec(sc->cseg_block, 3));
         if (sc->sharded)
             json_object_set_new(s, "sharding", json_sharding(&sc->sharding));
+        if (put_extra(s, sc->extra) != 0) {
+            json_decref(s);
+            goto bad_extra;
+        }
         json_array_append_new(scales, s);
     }
     json_object_set_new(js, "scales", scales);
@@ -466,6 +556,8 @@ int cnx_info_to_json(const cnx_layer_info *info, char **out)
     if (info->segment_properties[0] != '\0')
         json_object_set_new(js, "segment_properties",
                             json_string(info->segment_properties));
+    if (put_extra(js, info->extra) != 0)
+        goto bad_extra;
     *out = cnx__json_canonical(js);
     json_decref(js);
     if (*out == NULL)
@@ -475,10 +567,14 @@ nomem:
     json_decref(js);
     json_decref(scales);
     return cnx_error_set(CNX_ENOMEM, 0, "info: out of memory");
+bad_extra:
+    json_decref(js);
+    json_decref(scales);
+    return CNX_EINVAL;
 }
 
 /* Scale s exists and keeps one object per chunk: writing the chunks of a
- * sharded scale and digesting them is not built yet (reading is). */
+ * sharded scale through a layer is not built (shards are written whole). */
 static int check_unsharded(const cnx_layer_info *info, int s)
 {
     if (s < 0 || s >= info->nscales)
@@ -486,7 +582,7 @@ static int check_unsharded(const cnx_layer_info *info, int s)
     if (info->scales[s].sharded)
         return cnx_error_set(CNX_EUNSUPPORTED, 0,
                              "scale '%s' is sharded: its chunks are not "
-                             "written or digested through layers yet",
+                             "written one by one",
                              info->scales[s].key);
     return 0;
 }
@@ -516,6 +612,12 @@ int cnx_chunk_encode(const cnx_layer_info *info, int s, const cnx_volume *vol,
     *len = 0;
     if (rc != 0)
         return rc;
+    if (info->scales[s].encoding == CNX_ENC_JPEG ||
+        info->scales[s].encoding == CNX_ENC_PNG)
+        return cnx_error_set(CNX_EUNSUPPORTED, 0,
+                             "scale '%s': %s chunks are read, not written",
+                             info->scales[s].key,
+                             encoding_name(info->scales[s].encoding));
     if (info->scales[s].encoding == CNX_ENC_CSEG) {
         cnx_box_size(&vol->box, size);
         return cnx_cseg_encode(out, len, vol->data, vol->dtype, size,
@@ -527,6 +629,40 @@ int cnx_chunk_encode(const cnx_layer_info *info, int s, const cnx_volume *vol,
         return cnx_error_set(CNX_ENOMEM, 0, "chunk: out of memory");
     memcpy(*out, vol->data, *len);
     return 0;
+}
+
+/* A jpeg or png chunk: one gray image x wide and y * z high (the z
+ * sections one under the other), 8-bit for uint8, 16-bit for uint16. */
+static int decode_image_chunk(const cnx_layer_info *info, int s,
+                              const uint8_t *data, size_t len, cnx_volume *vol,
+                              const char *name)
+{
+    const char *enc = encoding_name(info->scales[s].encoding);
+    int bits = vol->dtype == CNX_DT_UINT16 ? 16 : 8;
+    cnx_image *img = NULL;
+    int64_t size[3];
+    char what[256];
+    int rc;
+
+    snprintf(what, sizeof(what), "chunk %s/%s", info->scales[s].key, name);
+    cnx_box_size(&vol->box, size);
+    rc = cnx_image_decode(&img, data, len, what);
+    if (rc == CNX_EUNSUPPORTED)
+        rc = cnx_error_set(CNX_ECORRUPT, 0, "%s", cnx_error_last()->message);
+    if (rc != 0)
+        return rc;
+    if (img->width != size[0] || img->height != size[1] * size[2] ||
+        img->bits != bits)
+        rc = cnx_error_set(CNX_ECORRUPT, 0,
+                           "%s: %s image of %" PRId64 "x%" PRId64
+                           " pixels, %d-bit; expected %" PRId64 "x%" PRId64
+                           " (x by y*z), %d-bit",
+                           what, enc, img->width, img->height, img->bits,
+                           size[0], size[1] * size[2], bits);
+    else
+        memcpy(vol->data, img->pixels, cnx_volume_bytes(vol));
+    cnx_image_free(img);
+    return rc;
 }
 
 int cnx_chunk_decode(const cnx_layer_info *info, int s, const uint8_t *data,
@@ -546,6 +682,9 @@ int cnx_chunk_decode(const cnx_layer_info *info, int s, const uint8_t *data,
             return cnx_error_wrap("chunk %s/%s", info->scales[s].key, name);
         return 0;
     }
+    if (info->scales[s].encoding == CNX_ENC_JPEG ||
+        info->scales[s].encoding == CNX_ENC_PNG)
+        return decode_image_chunk(info, s, data, len, vol, name);
     if (len != cnx_volume_bytes(vol))
         return cnx_error_set(CNX_ECORRUPT, 0,
                              "chunk %s/%s: %zu bytes, expected %zu for raw "
@@ -995,11 +1134,6 @@ int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
     if (s < 0 || s >= info->nscales)
         return cnx_error_set(CNX_EINVAL, 0, "scale %d out of range", s);
     sharded = info->scales[s].sharded;
-    if (sharded && (expect != NULL || read != NULL))
-        return cnx_error_set(CNX_EUNSUPPORTED, 0,
-                             "scale '%s' is sharded: digests of its chunks "
-                             "are not defined yet",
-                             info->scales[s].key);
     grid = cnx_info_grid(info, s);
     bounds = cnx_grid_bounds(&grid);
     if (cnx_box_empty(box) || !cnx_box_contains(&bounds, box))
@@ -1027,15 +1161,21 @@ int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
                 uint8_t *bytes = NULL;
                 size_t len = 0;
 
-                want = NULL;
+                rc = cnx_layer_chunk_name(info, s, &cbox, name, sizeof(name));
+                if (rc != 0)
+                    goto fail;
+                want = expect ? expect(expect_ctx, name) : NULL;
                 if (sharded) {
+                    /* A chunk inside a shard keeps its chunk name; its
+                     * digest is of its bytes as the shard holds them. */
                     rc = sharded_fetch(layer, s, &grid, g, &cbox, &bytes, &len);
+                    if (rc == 0 && want != NULL)
+                        rc = cnx_digest_check(bytes, len, want, name);
+                    if (rc != 0) {
+                        free(bytes);
+                        bytes = NULL;
+                    }
                 } else {
-                    rc = cnx_layer_chunk_name(info, s, &cbox, name,
-                                              sizeof(name));
-                    if (rc != 0)
-                        goto fail;
-                    want = expect ? expect(expect_ctx, name) : NULL;
                     if (pre != NULL) {
                         /* Fetched concurrently above, in this same order. */
                         cnx_store_get_req *r = &pre[ipre++];
@@ -1106,6 +1246,87 @@ int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
 fail:
     prefetch_free(pre, npre);
     cnx_volume_free(vol);
+    return rc;
+}
+
+/* Chunk g of sharded scale s named name ("<key>/<box>"), if it names one
+ * exactly: the box must be that chunk's box inside the scale. */
+static int sharded_chunk_of(const cnx_layer_info *info, const char *name,
+                            int *scale, int64_t g[3])
+{
+    for (int s = 0; s < info->nscales; s++) {
+        const cnx_scale *sc = &info->scales[s];
+        size_t k = strlen(sc->key);
+        cnx_grid grid;
+        cnx_box box, want;
+        int64_t counts[3];
+        if (!sc->sharded || strncmp(name, sc->key, k) != 0 || name[k] != '/')
+            continue;
+        if (cnx_box_parse(name + k + 1, &box) != 0)
+            return cnx_error_set(CNX_ENOTFOUND, 0,
+                                 "%s: not a chunk of sharded scale %s", name,
+                                 sc->key);
+        grid = cnx_scale_grid(sc);
+        cnx_grid_counts(&grid, counts);
+        for (int i = 0; i < 3; i++) {
+            int64_t rel = box.min[i] - sc->voxel_offset[i];
+            g[i] = rel >= 0 ? rel / sc->chunk[i] : -1;
+            if (g[i] < 0 || g[i] >= counts[i])
+                return cnx_error_set(CNX_ENOTFOUND, 0,
+                                     "%s: outside sharded scale %s", name,
+                                     sc->key);
+        }
+        want = cnx_grid_chunk_box(&grid, g);
+        if (!cnx_box_equal(&want, &box))
+            return cnx_error_set(CNX_ENOTFOUND, 0,
+                                 "%s: not a chunk of sharded scale %s", name,
+                                 sc->key);
+        *scale = s;
+        return 0;
+    }
+    return CNX_ENOTFOUND;
+}
+
+int cnx_layer_object_digest(cnx_store *store, const char *name,
+                            char digest[CNX_DIGEST_LEN], uint64_t *size)
+{
+    /* The store is borrowed: a layer of our own around it, freed by hand. */
+    cnx_layer layer;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    int64_t g[3];
+    int s = -1, rc;
+
+    memset(&layer, 0, sizeof(layer));
+    layer.store = store;
+    pthread_mutex_init(&layer.shards.lock, NULL);
+    rc = cnx_store_get(store, name, 0, &bytes, &len);
+    if (rc == CNX_ENOTFOUND && strchr(name, '/') != NULL) {
+        /* Not stored as an object: a chunk inside a shard, if the layer
+         * has an info with a sharded scale of that key. */
+        char why[sizeof(cnx_error_last()->message)];
+        uint8_t *text = NULL;
+        size_t tlen = 0;
+        snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
+        if (cnx_store_get(store, "info", 1 << 20, &text, &tlen) == 0 &&
+            cnx_info_parse(&layer.info, (const char *)text, tlen) == 0 &&
+            sharded_chunk_of(&layer.info, name, &s, g) == 0) {
+            cnx_grid grid = cnx_info_grid(&layer.info, s);
+            cnx_box cbox = cnx_grid_chunk_box(&grid, g);
+            rc = sharded_fetch(&layer, s, &grid, g, &cbox, &bytes, &len);
+        } else {
+            rc = cnx_error_set(CNX_ENOTFOUND, 0, "%s", why);
+        }
+        free(text);
+    }
+    if (rc == 0) {
+        cnx_digest(bytes, len, digest);
+        if (size != NULL)
+            *size = (uint64_t)len;
+    }
+    free(bytes);
+    shard_cache_clear(&layer.shards);
+    pthread_mutex_destroy(&layer.shards.lock);
     return rc;
 }
 
@@ -1274,9 +1495,8 @@ int cnx_layer_digests(cnx_layer *layer, int s, const cnx_box *box,
     int64_t lo[3], hi[3], g[3];
     int rc;
 
-    rc = check_unsharded(info, s);
-    if (rc != 0)
-        return rc;
+    if (s < 0 || s >= info->nscales)
+        return cnx_error_set(CNX_EINVAL, 0, "scale %d out of range", s);
     grid = cnx_info_grid(info, s);
     cnx_grid_chunk_range(&grid, box, lo, hi);
     for (g[2] = lo[2]; g[2] < hi[2]; g[2]++) {
@@ -1287,7 +1507,10 @@ int cnx_layer_digests(cnx_layer *layer, int s, const cnx_box *box,
                 uint8_t *bytes = NULL;
                 size_t len = 0;
                 rc = cnx_layer_chunk_name(info, s, &cbox, name, sizeof(name));
-                if (rc == 0)
+                if (rc == 0 && info->scales[s].sharded)
+                    rc = sharded_fetch(layer, s, &grid, g, &cbox, &bytes,
+                                       &len);
+                else if (rc == 0)
                     rc = cnx_store_get(layer->store, name,
                                        chunk_read_limit(info, s), &bytes,
                                        &len);

@@ -911,7 +911,9 @@ static int locate(cnx_verify *v, vf_hash_job *j)
     return 0;
 }
 
-static int want_hash(cnx_verify *v, const char *url)
+/* layer: the URL of the layer an input was read from (NULL for subjects):
+ * a chunk of a sharded scale is read from its shard through it. */
+static int want_hash(cnx_verify *v, const char *url, const char *layer)
 {
     int rc;
     if (v->njobs == v->jobs_cap) {
@@ -929,6 +931,7 @@ static int want_hash(cnx_verify *v, const char *url)
         vf_hash_job *j = &v->jobs[v->njobs++];
         memset(j, 0, sizeof(*j));
         j->url = url;
+        j->layer = layer;
         return locate(v, j);
     }
     return 0;
@@ -963,12 +966,13 @@ static int hash_objects(cnx_verify *v)
             continue;
         if ((v->checks & CNX_VERIFY_SUBJECT) && m->how == VF_GIVEN)
             for (size_t s = 0; s < m->nsubjects && rc == 0; s++)
-                rc = want_hash(v, m->subjects[s].name);
+                rc = want_hash(v, m->subjects[s].name, NULL);
         if ((v->checks & CNX_VERIFY_INPUT) && v->cfg.storage)
             for (size_t k = 0; k < m->ninputs && rc == 0; k++)
                 if (vf_map_get(&v->by_url, m->inputs[k].name) == NULL &&
                     is_root(v, &m->inputs[k]))
-                    rc = want_hash(v, m->inputs[k].name);
+                    rc = want_hash(v, m->inputs[k].name,
+                                   m->inputs[k].layer);
     }
     if (rc != 0 || v->njobs == 0)
         return rc;

@@ -171,6 +171,9 @@ void vf_parallel(int threads, size_t n, vf_task_fn fn, void *ctx,
 
 typedef struct vf_hash_job {
     const char *url;
+    const char *layer; /* an input's layer URL (borrowed) or NULL: an object
+                        * not stored under url may be a chunk inside a
+                        * shard of that layer (cnx_layer_object_digest) */
     cnx_store *store; /* the store that holds it (borrowed); NULL:
                        * status and error say why not */
     /* its name there; kept in the job (not pointed to: jobs live in an

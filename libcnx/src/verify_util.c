@@ -22,6 +22,8 @@
 #include <unistd.h>
 
 #include "cnx/error.h"
+#include "cnx/precomputed.h"
+#include "cnx/url.h"
 #include "verify_int.h"
 
 /* ---- findings -------------------------------------------------------- */
@@ -392,6 +394,22 @@ void cnx__verify_hash_object(vf_hash_job *job)
         return; /* status and error say why */
     job->status = 0;
     rc = cnx_store_get(job->store, job->name_buf, 0, &data, &len);
+    if (rc == CNX_ENOTFOUND && job->layer != NULL) {
+        /* A chunk of a sharded input scale is no object of its own. */
+        const char *rel = NULL;
+        cnx_store *layer = NULL;
+        char why[sizeof(job->error)];
+        snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
+        if (cnx_url_under(job->layer, job->url, &rel) == 1 && *rel != '\0' &&
+            cnx__verify_store_open(&layer, job->layer) == 0) {
+            rc = cnx_layer_object_digest(layer, rel, job->digest, &job->size);
+            cnx_store_free(layer);
+            if (rc == 0)
+                return;
+        }
+        if (rc == CNX_ENOTFOUND)
+            rc = cnx_error_set(CNX_ENOTFOUND, 0, "%s", why);
+    }
     if (rc != 0) {
         job->status = rc;
         snprintf(job->error, sizeof(job->error), "%s",

@@ -1035,6 +1035,14 @@ static int derive_geometry(cnx_plan *p, const cnx_plan_external *ext)
         ps->out_dtype =
             st->out_dtype >= 0 ? (cnx_dtype)st->out_dtype : in_dtype;
         in = ps->in_scale;
+        /* Outputs are written one object a chunk, raw or
+         * compressed_segmentation, whatever the input's layout, encoding
+         * and other members (sharded, jpeg and png inputs are read). */
+        if (in.encoding == CNX_ENC_JPEG || in.encoding == CNX_ENC_PNG)
+            in.encoding = CNX_ENC_RAW;
+        in.sharded = 0;
+        memset(&in.sharding, 0, sizeof(in.sharding));
+        in.extra[0] = '\0';
         if (rule->same_format &&
             (ps->out_type != in_type || ps->out_dtype != in_dtype ||
              (st->out_encoding >= 0 && st->out_encoding != (int)in.encoding)))

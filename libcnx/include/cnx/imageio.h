@@ -1,6 +1,6 @@
 /*
  * cnx/imageio.h - 2D grayscale images in and out: PNG (libpng) and TIFF
- * (libtiff), 8- or 16-bit, one channel. Used by ingest and by the synthetic
+ * (libtiff), 8- or 16-bit, one channel; JPEG (libjpeg-turbo) in, from memory. Used by ingest and by the synthetic
  * tile sets. Decoding checks the file's header against limits before
  * allocating, and a truncated or corrupt file is CNX_ECORRUPT naming it.
  */
@@ -34,8 +34,10 @@ typedef struct cnx_image {
 int cnx_image_read(cnx_image **out, const char *path);
 
 /**
- * Decode a PNG or TIFF held in memory (a tile read from a store and checked
- * against its digest), as cnx_image_read does a file. Messages name what
+ * Decode a PNG, TIFF or JPEG held in memory (a tile read from a store and
+ * checked against its digest; a jpeg-encoded chunk), as cnx_image_read does
+ * a file. JPEG: 8-bit gray only (libjpeg-turbo, islow DCT), a colour JPEG
+ * is CNX_EUNSUPPORTED, a truncated one CNX_ECORRUPT. Messages name what
  * instead of a path.
  * @param[out] out  caller frees with cnx_image_free()
  * @return as cnx_image_read; CNX_EIO if no in-memory file can be made.

@@ -33,7 +33,14 @@ typedef enum cnx_layer_type {
 typedef enum cnx_encoding {
     CNX_ENC_RAW = 1,
     CNX_ENC_CSEG = 2, /* compressed_segmentation */
+    CNX_ENC_JPEG = 3, /* read only: uint8, one channel */
+    CNX_ENC_PNG = 4,  /* read only: uint8 or uint16, one channel */
 } cnx_encoding;
+
+/* Room for the members of an info (or of a scale) that cnx does not use,
+ * kept as canonical JSON and written back as they were. */
+#define CNX_INFO_EXTRA_MAX 4096
+#define CNX_SCALE_EXTRA_MAX 512
 
 #define CNX_MAX_SCALES 16
 #define CNX_SCALE_KEY_MAX 128
@@ -48,6 +55,9 @@ typedef struct cnx_scale {
     int64_t cseg_block[3];       /* compressed_segmentation_block_size */
     int sharded;                 /* 1: chunks are in shards (sharding) */
     cnx_sharding sharding;       /* valid when sharded */
+    char extra[CNX_SCALE_EXTRA_MAX]; /* other members ("hidden",
+                                      * "jpeg_quality", ...): "" or a
+                                      * canonical JSON object */
 } cnx_scale;
 
 typedef struct cnx_layer_info {
@@ -58,6 +68,8 @@ typedef struct cnx_layer_info {
     cnx_scale scales[CNX_MAX_SCALES];
     char mesh[CNX_SCALE_KEY_MAX];     /* "" if none */
     char segment_properties[CNX_SCALE_KEY_MAX]; /* "" if none */
+    char extra[CNX_INFO_EXTRA_MAX]; /* other top-level members: "" or a
+                                     * canonical JSON object */
 } cnx_layer_info;
 
 /**
@@ -70,15 +82,19 @@ void cnx_info_init(cnx_layer_info *info, cnx_layer_type type, cnx_dtype dtype,
                    const int64_t chunk[3]);
 
 /**
- * Parse and check an `info` document. Unknown top-level keys are kept out of
- * the struct but accepted (other tools add their own); every field we use is
- * checked and a bad one named ("info: scales[0].chunk_sizes: ..."). A
+ * Parse and check an `info` document. Members cnx does not use, at the top
+ * and in a scale ("hidden", "jpeg_quality", other tools' own), are kept in
+ * extra and written back by cnx_info_to_json (more than
+ * CNX_INFO_EXTRA_MAX / CNX_SCALE_EXTRA_MAX bytes of them is CNX_ETOOBIG);
+ * every field we use is checked and a bad one named
+ * ("info: scales[0].chunk_sizes: ..."). A
  * scale's "sharding" (neuroglancer_uint64_sharded_v1) is parsed into
  * scale->sharding; its unknown members are ignored, as the format allows.
- * cnx_layer_read reads a sharded scale; cnx_layer_write and
- * cnx_layer_digests refuse one (CNX_EUNSUPPORTED).
+ * cnx_layer_read and cnx_layer_digests read a sharded scale;
+ * cnx_layer_write refuses one (CNX_EUNSUPPORTED).
  * @return 0; CNX_ECORRUPT for malformed JSON or a bad field;
- *         CNX_EUNSUPPORTED for a valid encoding we lack (jpeg).
+ *         CNX_EUNSUPPORTED for a valid encoding we lack (compresso) or
+ *         jpeg/png of a type or channel count we do not read.
  */
 int cnx_info_parse(cnx_layer_info *info, const char *json, size_t len);
 
@@ -187,12 +203,11 @@ enum {
  * @param read     optional: receives every chunk read with its digest
  * A sharded scale's chunks are read from their shards (cnx/sharded.h:
  * compressed Morton id, three ranged reads each); a chunk absent from its
- * shard is a missing chunk. expect and read must be NULL there (digests
- * of chunks inside shards are not defined yet).
+ * shard is a missing chunk. Such a chunk keeps its chunk name
+ * ("<key>/<box>"); its digest is that of its bytes as the shard holds them.
  * @return 0; CNX_ERANGE for a box outside the scale; CNX_ENOTFOUND for a
  *         missing chunk (unless CNX_READ_FILL_MISSING); CNX_EDIGEST;
- *         CNX_ECORRUPT for a truncated or corrupt chunk (or shard); CNX_EIO;
- *         CNX_EUNSUPPORTED for expect or read on a sharded scale.
+ *         CNX_ECORRUPT for a truncated or corrupt chunk (or shard); CNX_EIO.
  */
 int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
                    unsigned flags, cnx_expect_fn expect, void *expect_ctx,
@@ -205,6 +220,19 @@ int cnx_layer_read(cnx_layer *layer, int s, const cnx_box *box,
  */
 int cnx_layer_digests(cnx_layer *layer, int s, const cnx_box *box,
                       cnx_object_list *out);
+
+/**
+ * Digest of object name of the layer whose store is given (borrowed), as
+ * a task names it: a stored object, or, when none is stored under that name and the
+ * layer's info has a sharded scale whose key starts the name, the chunk
+ * "<key>/<x0-x1_y0-y1_z0-z1>" inside its shard (its bytes as the shard
+ * holds them, after the shard's data encoding: what cnx_layer_read checks
+ * and lists).
+ * @param size  optional: the object's length in bytes
+ * @return 0; CNX_ENOTFOUND; CNX_ECORRUPT for a damaged shard; CNX_EIO.
+ */
+int cnx_layer_object_digest(cnx_store *store, const char *name,
+                            char digest[CNX_DIGEST_LEN], uint64_t *size);
 
 /**
  * Write a chunk-aligned volume (cnx_grid_is_aligned) to scale s: every chunk

@@ -36,6 +36,44 @@ static void test_precomputed__info_parses_and_round_trips(void **state)
     free(json);
 }
 
+/* Members cnx does not use ("hidden", other tools' own) are kept and
+ * written back; more of them than the room kept is refused, not cut. */
+static void test_precomputed__unknown_members_are_kept(void **state)
+{
+    json_t *root = json_loads(valid_info, 0, NULL);
+    json_t *scale = json_array_get(json_object_get(root, "scales"), 0);
+    cnx_layer_info info, again;
+    char *text, *json, big[CNX_SCALE_EXTRA_MAX + 16];
+    json_t *back;
+    (void)state;
+    json_object_set_new(scale, "hidden", json_true());
+    json_object_set_new(scale, "jpeg_quality", json_integer(80));
+    json_object_set_new(root, "x_tool", json_pack("{s:[i,i]}", "v", 1, 2));
+    text = json_dumps(root, 0);
+    assert_int_equal(cnx_info_parse(&info, text, strlen(text)), 0);
+    assert_string_equal(info.scales[0].extra, "{\"hidden\":true,\"jpeg_quality\":80}");
+    assert_string_equal(info.extra, "{\"x_tool\":{\"v\":[1,2]}}");
+    assert_int_equal(cnx_info_to_json(&info, &json), 0);
+    back = json_loads(json, 0, NULL);
+    assert_non_null(back);
+    assert_true(json_is_true(json_object_get(
+        json_array_get(json_object_get(back, "scales"), 0), "hidden")));
+    assert_non_null(json_object_get(back, "x_tool"));
+    assert_int_equal(cnx_info_parse(&again, json, strlen(json)), 0);
+    assert_memory_equal(&info, &again, sizeof(info));
+    json_decref(back);
+    free(json);
+    free(text);
+    memset(big, 'a', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    json_object_set_new(scale, "note", json_string(big));
+    text = json_dumps(root, 0);
+    assert_int_equal(cnx_info_parse(&info, text, strlen(text)), CNX_ETOOBIG);
+    assert_non_null(strstr(cnx_error_last()->message, "info: scales[0]"));
+    free(text);
+    json_decref(root);
+}
+
 struct corruption {
     const char *scale_key; /* NULL: top level */
     const char *key;
@@ -72,7 +110,8 @@ static const struct corruption corruptions[] = {
      CNX_ECORRUPT, "sharding.preshift_bits"},
     {"0", "sharding", "{\"@type\":\"neuroglancer_uint64_sharded_v2\"}",
      CNX_ECORRUPT, "sharding.@type"},
-    {"0", "bogus", "1", CNX_ECORRUPT, "unknown key 'bogus'"},
+    {"0", "encoding", "\"png\"", CNX_EUNSUPPORTED,
+     "png is read for one channel of uint8 or uint16"},
 };
 
 static void test_precomputed__corrupt_info_names_the_field(void **state)
@@ -342,6 +381,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_precomputed__info_parses_and_round_trips),
         cmocka_unit_test(test_precomputed__corrupt_info_names_the_field),
+        cmocka_unit_test(test_precomputed__unknown_members_are_kept),
         cmocka_unit_test(test_precomputed__any_box_reads_back_exactly),
         cmocka_unit_test(test_precomputed__writes_are_aligned_and_write_once),
         cmocka_unit_test(test_precomputed__bad_chunks_are_refused),
