@@ -86,6 +86,31 @@ check("segment_properties: %d segments with their voxel counts" % len(ids),
       vox["values"] == counts.tolist())
 report["segments"] = int(len(ids))
 
+# The label (volume at the layer's resolution, the voxel the id comes from:
+# id - 1 = x | y << 21 | z << 42) and the tags (size class; multi_chunk when
+# the segment has voxels in more than one chunk), from the labels alone.
+lab = [p for p in inline["properties"] if p["id"] == "label"][0]
+tg = [p for p in inline["properties"] if p["id"] == "tags"][0]
+cx, cy, cz = info["scales"][0]["chunk_sizes"][0]
+chunk_of = ((np.arange(shape[0]) // cz)[:, None, None] * 1_000_000 +
+            (np.arange(shape[1]) // cy)[None, :, None] * 1_000 +
+            (np.arange(shape[2]) // cx)[None, None, :])
+pairs = np.unique(np.stack([seg.ravel().astype(np.uint64),
+                            np.broadcast_to(chunk_of, shape).ravel().astype(np.uint64)]), axis=1)
+nchunks = dict(zip(*np.unique(pairs[0], return_counts=True)))
+want_labels, want_tags = [], []
+um3 = float(res[0]) * float(res[1]) * float(res[2]) * 1e-9
+for i, c in zip(ids.tolist(), counts.tolist()):
+    v, m = i - 1, (1 << 21) - 1
+    vol = c * um3
+    want_labels.append("%.3g um3 @ %d,%d,%d" % (vol, v & m, (v >> 21) & m, v >> 42))
+    cls = 0 if vol < 0.1 else 1 if vol < 1.0 else 2
+    want_tags.append([cls] + ([3] if nchunks[i] > 1 else []))
+check("segment_properties: labels (volume, origin voxel) and tags (size, multi_chunk) "
+      "of %d segments, %d in several chunks" % (len(ids), sum(1 for t in want_tags if 3 in t)),
+      lab["values"] == want_labels and tg["values"] == want_tags and
+      tg["tags"] == ["small", "medium", "large", "multi_chunk"])
+
 
 def load_mesh(sid):
     man = json.load(open(os.path.join(seg_dir, "mesh", "%d:0" % sid)))

@@ -240,7 +240,7 @@ static int run_join(void *ctx, const cnx_task *task, cnx_stage_io *io)
         free(map);
     }
     if (rc == 0)
-        rc = cnx_segjoin_properties_json(&j, &props);
+        rc = cnx_segjoin_properties_json(&j, p.resolution, &props);
     if (rc == 0)
         rc = cnx_stage_put(io, PROPERTIES, props, strlen(props));
     if (rc == 0)
@@ -253,7 +253,7 @@ static int run_join(void *ctx, const cnx_task *task, cnx_stage_io *io)
 
 const cnx_stage cnx_stage_segment_join = {
     .name = "segment-join",
-    .kernel_version = CNX_SEGMENT_VERSION,
+    .kernel_version = CNX_SEGJOIN_VERSION,
     .run = run_join,
     .ctx = NULL,
     .help = "Joins the fragments of all chunks across their shared faces\n"

@@ -533,7 +533,8 @@ static int list_one(void *ctx, const char *name)
         return add_stored(c, name);
     }
     if (!c->coverage || strcmp(name, "info") == 0 ||
-        strcmp(name, "info.lock") == 0 || is_scratch(name))
+        strcmp(name, "info.lock") == 0 || strcmp(name, "provenance") == 0 ||
+        is_scratch(name))
         return 0;
     if (l->nobjects == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 256;

@@ -2171,6 +2171,24 @@ static int check_output(const cnx_plan *p, size_t s, cnx_layer *layer)
     return 0;
 }
 
+/*
+ * Where a layer's lineage is, for readers of its info and for CloudVolume
+ * (which reads the layer's "provenance" object): the same bytes for every
+ * layer and every workflow, so that the write-once info and provenance of a
+ * layer two workflows write agree.
+ */
+static const char info_provenance[] =
+    "{\"provenance\":{\"by\":\"cnx\",\"lineage\":\"lineage/\","
+    "\"verify\":\"cnx-verify --layer <this layer's URL>\"}}";
+static const char provenance_object[] =
+    "{\"description\":\"Written by cnx. Every object of this layer was "
+    "written by a task whose signed lineage manifest (a DSSE envelope of an "
+    "in-toto v1 statement naming its inputs, parameters, code and outputs "
+    "with their SHA-256 digests) is under lineage/<task key>/; cnx-verify "
+    "--layer <this layer's URL> checks them.\",\"owners\":[],"
+    "\"processing\":[{\"by\":\"cnx\",\"method\":{\"lineage\":"
+    "\"lineage/\",\"verify\":\"cnx-verify\"}}],\"sources\":[]}";
+
 int cnx_plan_prepare_outputs(const cnx_plan *p)
 {
     for (size_t s = 0; s < p->nstages; s++) {
@@ -2186,7 +2204,12 @@ int cnx_plan_prepare_outputs(const cnx_plan *p)
             info.nscales = 1;
             info.scales[0] = ps->out_scale;
             layer_parts(p, ps->out_layer, &info);
+            memcpy(info.extra, info_provenance, sizeof(info_provenance));
             rc = cnx_layer_create(&layer, ps->out_layer, &info);
+            if (rc == 0)
+                rc = cnx_store_put(cnx_layer_store(layer), "provenance",
+                                   provenance_object,
+                                   sizeof(provenance_object) - 1, NULL);
             if (rc == CNX_EIMMUTABLE) /* someone else created it: check */
                 rc = cnx_layer_open(&layer, ps->out_layer);
             else if (rc != 0)

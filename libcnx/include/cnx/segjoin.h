@@ -58,6 +58,13 @@ extern "C" {
 /** Coordinates must be in [0, 2^21) per axis to pack into an id. */
 #define CNX_SEGJOIN_COORD_MAX ((int64_t)1 << 21)
 
+/**
+ * Version of the segment-join stage's outputs (mappings and segment
+ * properties): 4 adds the properties' label and tags (the mappings are
+ * segment kernel version 3's).
+ */
+#define CNX_SEGJOIN_VERSION 4
+
 /** The geometry-derived id of a fragment whose first voxel is (x, y, z). */
 static inline uint64_t cnx_segjoin_id(int64_t x, int64_t y, int64_t z)
 {

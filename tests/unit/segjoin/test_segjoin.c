@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "cnx/error.h"
 #include "cnx/metrics.h"
@@ -284,10 +285,32 @@ static void test_join_records(void **state)
     assert_int_equal(j.seg_ids[0], cnx_segjoin_id(0, 0, 0));
     assert_int_equal(j.seg_size[0], 1024);
     assert_int_equal(j.nmerged, 1);
-    assert_int_equal(cnx_segjoin_properties_json(&j, &props), 0);
-    assert_non_null(strstr(props, "\"ids\":[\"1\"]"));
-    assert_non_null(strstr(props, "\"values\":[1024]"));
-    free(props);
+    {
+        /* 1024 voxels at 100 x 100 x 100 nm: 1.02 um3, "large"; its id
+         * from voxel 0,0,0; fragments in both chunks: "multi_chunk". */
+        const double res[3] = {100, 100, 100};
+        json_t *doc, *props_arr;
+        assert_int_equal(cnx_segjoin_properties_json(&j, res, &props), 0);
+        doc = json_loads(props, 0, NULL);
+        assert_non_null(doc);
+        props_arr = json_object_get(json_object_get(doc, "inline"),
+                                    "properties");
+        assert_string_equal(json_string_value(json_array_get(json_object_get(
+                                json_object_get(doc, "inline"), "ids"), 0)),
+                            "1");
+        assert_string_equal(
+            json_string_value(json_array_get(
+                json_object_get(json_array_get(props_arr, 0), "values"), 0)),
+            "1.02 um3 @ 0,0,0");
+        assert_int_equal(json_integer_value(json_array_get(
+                             json_object_get(json_array_get(props_arr, 1),
+                                             "values"),
+                             0)),
+                         1024);
+        assert_non_null(strstr(props, "\"values\":[[2,3]]"));
+        json_decref(doc);
+        free(props);
+    }
     /* chunk 0 of the join is "right" (input order) */
     assert_int_equal(cnx_segjoin_mapping_encode(&j, 0, &map, &nmap), 0);
     assert_int_equal(cnx_segjoin_relabel(lb, 512, map, nmap), 0);
