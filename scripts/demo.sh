@@ -483,6 +483,18 @@ if [ "$rc5" -eq 0 ]; then
     --pred "$out/synth/segmentation/v1/synapses" | tee "$out/syn-check.txt" ||
     problems+=("syn_check.py: the synapse tables could not be scored")
   syn_line=$(sed -n 's/^partners (CREMI, 400 nm): //p' "$out/syn-check.txt")
+  echo "== predictions: the synapse annotation collection against the tables (tests/py/annotations_ref.py: numpy)"
+  ann_line="(no collection)"
+  for coll in "$out"/synth/segmentation/v1/synapse_annotations/*/*; do
+    [ -f "$coll/info" ] || continue
+    if ann_line=$("$pysci" tests/py/annotations_ref.py "$coll" "$out/synth/segmentation/v1/synapses"); then
+      echo "$ann_line"
+      ann_line="${ann_line#annotations_ref: }; Neuroglancer: precomputed://<dataset>/${coll#"$out"/synth/}"
+    else
+      problems+=("annotations_ref.py: the synapse annotations do not give back the tables")
+      ann_line="(failed)"
+    fi
+  done
 fi
 
 # ---- summary ------------------------------------------------------------------
@@ -492,7 +504,8 @@ awk -v a="$t0" -v b="$t_build" 'BEGIN{printf "%-26s %.1f s\n", "build (incl. ins
 while IFS=$'\t' read -r name secs; do printf '%-26s %s s\n' "$name" "$secs"; done <"$out/times.tsv"
 echo
 printf '%-30s %-9s %-13s %-24s %-8s %-13s %7s %11s\n' layer scale type encoding dtype size chunks bytes
-for info in $(find "$out" -name info -not -path '*/tiles/*' -not -path '*/segment_properties/*' | sort); do
+for info in $(find "$out" -name info -not -path '*/tiles/*' -not -path '*/segment_properties/*' \
+  -not -path '*/synapse_annotations/*' | sort); do
   dir=$(dirname "$info")
   python3 - "$info" "$dir" "$out" <<'PY'
 import json, os, sys
@@ -524,6 +537,7 @@ echo "predictions (from the predicted boundary, cleft and psd layers: segmentati
 echo "  demo-pred $pred_slo_line (cnx-reprocess exit $rc5)"
 echo "  segmentation: $seg_line"
 echo "  synapses: $syn_line"
+echo "  synapse annotations: ${ann_line:-(not run)}"
 echo "manifests: $verified of $nenv verified with the openssl CLI alone; ledger checked independently for $ledger_ok of 5 requests"
 echo "cnx-verify: $verify_line"
 if [ "$store" = s3 ]; then

@@ -10,12 +10,15 @@
  * writes. "synapse-edges" (reduce, one task
  * per region): reads every table (role "tables") and writes the region's
  * connectivity, connectivity/<scale>/<region>: one line per (pre, post)
- * pair with its synapse count.
+ * pair with its synapse count, and the same synapses as a Neuroglancer
+ * annotation collection, synapse_annotations/<scale>/<region>/
+ * (cnx/annotation.h), in the coordinate space of the output scale.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cnx/annotation.h"
 #include "cnx/error.h"
 #include "cnx/stages.h"
 #include "cnx/synapse_io.h"
@@ -23,6 +26,7 @@
 
 #define TABLE_DIR CNX_STAGE_SYNAPSES_DIR
 #define EDGES_DIR "connectivity"
+#define ANNOTATIONS_DIR "synapse_annotations"
 #define TABLE_MAX ((size_t)64 << 20)
 
 /* The grid of role's scale, checking its data type. */
@@ -190,6 +194,45 @@ static int append(cnx_synapse **all, size_t *n, size_t *cap,
     return 0;
 }
 
+/* The region's synapses as an annotation collection, one object each,
+ * under synapse_annotations/<scale>/<region>/, in the coordinate space of
+ * the output scale (its voxels, its bounds). */
+static int put_annotations(cnx_stage_io *io, const cnx_task *task,
+                           const cnx_synapse *s, size_t n)
+{
+    const cnx_layer_info *info = cnx_layer_get_info(cnx_stage_output_layer(io));
+    int at = cnx_stage_output_scale(io);
+    cnx_annotation_objects objs = {NULL, 0};
+    cnx_annotation_space sp;
+    char dir[512], name[640];
+    int rc;
+
+    if (at < 0)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "synapse-edges: output: the layer has no scale "
+                             "'%.128s'",
+                             task->output_scale);
+    for (int i = 0; i < 3; i++) {
+        const cnx_scale *sc = &info->scales[at];
+        sp.resolution[i] = sc->resolution[i];
+        sp.lower[i] = sc->voxel_offset[i];
+        sp.upper[i] = sc->voxel_offset[i] + sc->size[i];
+    }
+    rc = cnx_side_object_name(ANNOTATIONS_DIR, task->output_scale, &task->roi,
+                              dir, sizeof(dir));
+    if (rc == 0) {
+        rc = cnx_annotation_build(s, n, &sp, &objs);
+        if (rc != 0)
+            cnx_error_wrap("synapse-edges: %s", dir);
+    }
+    for (size_t i = 0; i < objs.count && rc == 0; i++) {
+        snprintf(name, sizeof(name), "%s/%s", dir, objs.items[i].name);
+        rc = cnx_stage_put(io, name, objs.items[i].data, objs.items[i].len);
+    }
+    cnx_annotation_objects_free(&objs);
+    return rc;
+}
+
 static int run_edges(void *ctx, const cnx_task *task, cnx_stage_io *io)
 {
     const cnx_task_input *in = cnx_task_input_get(task, "tables");
@@ -231,6 +274,8 @@ static int run_edges(void *ctx, const cnx_task *task, cnx_stage_io *io)
     if (rc == 0)
         rc = cnx_stage_put(io, name, text, len);
     if (rc == 0)
+        rc = put_annotations(io, task, all, n);
+    if (rc == 0)
         cnx_stage_add_voxels(io, cnx_box_voxels(&task->roi));
     free(text);
     free(edges);
@@ -240,12 +285,14 @@ static int run_edges(void *ctx, const cnx_task *task, cnx_stage_io *io)
 
 const cnx_stage cnx_stage_synapse_edges = {
     .name = "synapse-edges",
-    .kernel_version = CNX_SYNAPSE_VERSION,
+    .kernel_version = CNX_SYNAPSE_EDGES_VERSION,
     .run = run_edges,
     .ctx = NULL,
     .help = "Writes the connectivity of a region (one task per region):\n"
             "input role \"tables\" lists the synapse stage's tables; the\n"
             "output, connectivity/<scale>/<region>, has one JSON line per\n"
-            "(pre_id, post_id) pair with its synapse count, sorted.\n"
-            "Parameters: {}.",
+            "(pre_id, post_id) pair with its synapse count, sorted, and\n"
+            "synapse_annotations/<scale>/<region>/, the synapses as a\n"
+            "Neuroglancer precomputed annotation collection (points at\n"
+            "the sites, partners as relationships). Parameters: {}.",
 };

@@ -87,7 +87,9 @@ extern const cnx_stage cnx_stage_align_render;
  * task of whole chunks with a halo wider than any cleft; writes, per
  * chunk, the clefts it owns, synapses/<scale>/<chunk> (JSON lines).
  * synapse-edges: role "tables" (every chunk's table); writes
- * connectivity/<scale>/<region>.
+ * connectivity/<scale>/<region> and the synapses as a Neuroglancer
+ * annotation collection, synapse_annotations/<scale>/<region>/
+ * (cnx/annotation.h).
  */
 extern const cnx_stage cnx_stage_synapses;
 extern const cnx_stage cnx_stage_synapse_edges;

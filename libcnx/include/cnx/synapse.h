@@ -53,6 +53,11 @@ extern "C" {
  *  change. */
 #define CNX_SYNAPSE_VERSION 1
 
+/** The synapse-edges stage's version: bumped whenever what it writes is
+ *  meant to change (2: the synapse annotation collection beside the
+ *  connectivity, cnx/annotation.h). */
+#define CNX_SYNAPSE_EDGES_VERSION 2
+
 /** Site coordinates must lie in [0, 2^21) to pack into an id. */
 #define CNX_SYNAPSE_COORD_MAX ((int64_t)1 << 21)
 

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Synapses as a Neuroglancer annotation collection, end to end: on a 128^3
+# cnx-synth dataset the real stack (broker, controller, a synapses and a
+# synapse-edges worker) runs workflows/synapses-gt.json; its reduce task
+# writes gt-synapses/v1/synapse_annotations/<scale>/<region>/. Checked:
+#  1. the request is done, with synapses found;
+#  2. tests/py/annotations_ref.py (numpy, written from the spec, no cnx
+#     code) reads the info, every by_id entry, every rel_ index and every
+#     spatial cell and recovers the JSON-lines tables exactly, each synapse
+#     under its pre and post id and in one spatial cell;
+#  3. cnx-verify on the layer: every annotation object is covered by the
+#     reduce task's signed manifest, its bytes matching;
+#  4. the request again: every repeated task bit-identical;
+#  5. negative controls, on a copy: a flipped byte in a by_id entry, a
+#     missing post-synaptic index file, a synapse missing from the
+#     collection and a property moved by one byte each make the reader fail.
+source "${CNX_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}/acceptance/lib.sh"
+DATA=$WORK/data
+REF=$SRC/tests/py/annotations_ref.py
+for tool in kcat openssl; do
+  command -v "$tool" >/dev/null || { echo "synapse_annotations.sh: $tool is not installed" >&2; exit 1; }
+done
+"$PY" -c 'import numpy' 2>/dev/null || { echo "synapse_annotations.sh: numpy missing: skipped"; exit 77; }
+
+"$BIN/cnx-synth" --out "$DATA" --shape 128,128,128 --seed 3 --quiet >/dev/null
+
+start_broker 2
+start_controller
+start_stage_worker cnx-synapses synapses synapses
+start_stage_worker cnx-synapses synapse-edges edges
+
+reprocess() { # request id -> RC, $WORK/<id>.json
+  set +e
+  "$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow synapses-gt \
+    --workflows "$SRC/workflows" --dataset "file://$DATA" --roi 0,0,0,128,128,128 \
+    --request "$1" --wait --json --timeout 240 >"$WORK/$1.json" 2>"$WORK/$1.err"
+  RC=$?
+  set -e
+}
+
+# ---- 1. the workflow
+reprocess ann-first
+check "synapses-gt done (rc $RC)" [ "$RC" -eq 0 ]
+[ "$RC" -eq 0 ] || { tail -n 20 "$WORK"/*.log "$WORK/ann-first.err" >&2 || true; }
+LAYER=$DATA/gt-synapses/v1
+SKEY=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["scales"][0]["key"])' "$LAYER/info")
+RES=$("$PY" -c 'import json, sys; print(",".join("%g" % r for r in json.load(open(sys.argv[1]))["scales"][0]["resolution"]))' "$LAYER/info")
+COLL=$LAYER/synapse_annotations/$SKEY/0-128_0-128_0-128
+N=$(cat "$LAYER"/synapses/"$SKEY"/* | wc -l)
+echo "  collection $COLL, $N synapses in the tables, resolution $RES nm"
+check "the tables hold synapses ($N)" [ "$N" -gt 0 ]
+
+# ---- 2. the independent reader
+check "annotations_ref.py: the collection gives back the tables exactly" \
+  "$PY" "$REF" "$COLL" "$LAYER/synapses" --resolution "$RES"
+check "by_id holds one entry per synapse" [ "$(ls "$COLL/by_id" | wc -l)" -eq "$N" ]
+
+# ---- 3. lineage covers every annotation object
+set +e
+"$BIN/cnx-verify" --trust "$WORK/trust" --ledger "$WORK/ledger.db" --quiet \
+  --layer "file://$LAYER" >"$WORK/verify.txt" 2>&1
+rc=$?
+set -e
+tail -n 3 "$WORK/verify.txt"
+check "cnx-verify --layer gt-synapses/v1 exits 0 (rc $rc)" [ "$rc" -eq 0 ]
+check "every file of the collection is a subject of a signed manifest" "$PY" -c '
+import base64, json, os, sys
+layer, coll = sys.argv[1], sys.argv[2]
+subjects = set()
+for dp, _, fs in os.walk(os.path.join(layer, "lineage")):
+    for f in fs:
+        st = json.loads(base64.b64decode(json.load(open(os.path.join(dp, f)))["payload"]))
+        subjects |= {s["name"] for s in st["subject"]}
+files = ["file://" + os.path.join(dp, f) for dp, _, fs in os.walk(coll) for f in fs]
+missing = [f for f in files if f not in subjects]
+print("  %d files, %d not in a manifest" % (len(files), len(missing)))
+assert files and not missing, missing[:3]' "$LAYER" "$COLL"
+
+# ---- 4. again: bit-identical
+reprocess ann-second
+check "second run done (rc $RC)" [ "$RC" -eq 0 ]
+check "second run: every repeated task bit-identical" "$PY" -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+print("  %d of %d repeated tasks identical" % (d["identical"], d["repeated"]))
+assert d["repeated"] >= 2 and d["identical"] == d["repeated"], (d["repeated"], d["identical"])
+assert not d["violations"], d["violations"]' "$WORK/ann-second.json"
+
+# ---- 5. the reader fails on damaged collections
+broken() { # name, python editing the copy at sys.argv[1]: the reader must exit 1
+  local copy=$WORK/broken-$1 rc=0
+  rm -rf "$copy"
+  cp -r "$COLL" "$copy"
+  "$PY" -c "$2" "$copy"
+  "$PY" "$REF" "$copy" "$LAYER/synapses" >/dev/null 2>"$WORK/broken-$1.err" || rc=$?
+  echo "  $1: exit $rc: $(cat "$WORK/broken-$1.err")"
+  [ "$rc" -eq 1 ]
+}
+check "a flipped byte in a by_id entry is found" broken flip '
+import os, sys
+d = os.path.join(sys.argv[1], "by_id"); f = os.path.join(d, sorted(os.listdir(d))[0])
+b = bytearray(open(f, "rb").read()); b[17] ^= 1; open(f, "wb").write(b)'
+check "a missing post-synaptic index file is found" broken norel '
+import os, sys
+d = os.path.join(sys.argv[1], "rel_post_synaptic_cell"); os.remove(os.path.join(d, sorted(os.listdir(d))[0]))'
+check "a synapse missing from the collection is found" broken nosyn '
+import os, sys
+d = os.path.join(sys.argv[1], "by_id"); os.remove(os.path.join(d, sorted(os.listdir(d))[-1]))'
+check "a spatial cell whose records are shifted by one byte is found" broken shift '
+import os, sys
+f = os.path.join(sys.argv[1], "spatial0", "0_0_0")
+b = open(f, "rb").read(); open(f, "wb").write(b[:8] + b[9:] + b"\0")'
+finish
