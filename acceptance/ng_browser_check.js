@@ -57,14 +57,12 @@ function parseArgs(argv) {
   return a;
 }
 
-// Chunk states (neuroglancer/chunk_manager/base.ts): GPU_MEMORY 0,
-// SYSTEM_MEMORY 1, ..., FAILED 6.
-const GPU_MEMORY = 0;
-
 // In the page: what Neuroglancer holds for each layer. Class names are
 // minified in the bundle, field names are not: mesh render layers are
 // found by their source's fragmentSource, annotation sources by their
-// segmentFilteredSources.
+// segmentFilteredSources. Chunk states (neuroglancer/chunk_manager/base.ts):
+// GPU_MEMORY 0, SYSTEM_MEMORY 1, ..., FAILED 6; the page holds a chunk
+// once its worker has fetched and decoded it.
 function inspectPage(segments) {
   const v = window.viewer;
   const out = { ready: !!(v && v.display && v.display.isReady()), layers: {} };
@@ -114,7 +112,6 @@ function inspectPage(segments) {
           }
           mesh.segments[id] = s;
         }
-        mesh.ready = rl.isReady ? !!rl.isReady() : null;
         info.meshes.push(mesh);
       }
       const bases = [rl.base, rl.source, rl].filter(Boolean);
@@ -127,7 +124,7 @@ function inspectPage(segments) {
         for (const id of segments) {
           ann.segments[id] = asrc.segmentFilteredSources.map((fs) => {
             const c = fs.chunks.get(keyOf(id));
-            return c ? { state: c.state, count: c.data ? 1 : 0 } : null;
+            return c ? { state: c.state, hasData: c.data !== undefined } : null;
           });
         }
         info.annotations.push(ann);
