@@ -34,8 +34,9 @@
 //    fragment chunk not in GPU memory (Neuroglancer's ChunkState);
 //  - per selected segment, multi-resolution meshes: <id>.index or <id> not
 //    fetched with success (unsharded); in the page, no manifest chunk, no
-//    fragment loaded or one not loaded; the levels of detail loaded are
-//    printed;
+//    fragment loaded or one not loaded; a level of detail with fragment
+//    bytes (the manifest's) not loaded in the first view nor with the
+//    layer's mesh render scale at 0.01 (the finest everywhere);
 //  - per selected segment and relationship: the relationship index chunk
 //    (<annotations>/<key>/<id>) not fetched with success, or its ids (the
 //    chunk's last count x uint64, the spec's layout) not exactly the
@@ -135,6 +136,32 @@ function inspectPage(segments) {
   return out;
 }
 
+// The levels of detail of a multi-resolution manifest (<id>.index) that
+// hold fragment bytes: chunk_shape 3 x f32, grid_origin 3 x f32, num_lods
+// u32, lod_scales num_lods x f32, vertex_offsets num_lods x 3 x f32,
+// num_fragments_per_lod num_lods x u32, then per level its fragment
+// positions (3 x n u32) and fragment sizes (n u32).
+function multiresLevels(b) {
+  let o = 24;
+  const need = (n) => { if (o + n > b.length) throw new Error(`manifest of ${b.length} bytes is short`); };
+  need(4);
+  const n = b.readUInt32LE(o); o += 4;
+  need(n * 4 * 5);
+  o += n * 4 + n * 12;
+  const per = [];
+  for (let l = 0; l < n; l++, o += 4) per.push(b.readUInt32LE(o));
+  const levels = [];
+  for (let l = 0; l < n; l++) {
+    need(per[l] * 16);
+    o += per[l] * 12;
+    let bytes = 0;
+    for (let k = 0; k < per[l]; k++, o += 4) bytes += b.readUInt32LE(o);
+    if (bytes > 0) levels.push(l);
+  }
+  if (o !== b.length) throw new Error(`manifest of ${b.length} bytes, the layout gives ${o}`);
+  return levels;
+}
+
 async function main() {
   const a = parseArgs(process.argv.slice(2));
   const expect = JSON.parse(fs.readFileSync(a.expect, 'utf8'));
@@ -213,6 +240,7 @@ async function main() {
            '--enable-unsafe-swiftshader', '--ignore-gpu-blocklist'],
   });
   let result;
+  const lodsSeen = {}; // segment -> multi-resolution levels of detail loaded
   try {
     const page = await browser.newPage({ viewport: { width, height } });
     page.on('pageerror', (e) => problems.push('page error: ' + String(e)));
@@ -276,6 +304,42 @@ async function main() {
     }
     if (good < 2)
       problems.push(`not everything loaded after ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    // Multi-resolution meshes: the view above loads the coarser levels of
+    // detail; then the finest everywhere (the layer's mesh render scale at
+    // 0.01 pixel), so that every level a segment has is loaded once. The
+    // levels loaded in either view count.
+    const noteLods = (r) => {
+      const mm = r && r.layers.multires && r.layers.multires.meshes.find((m) => m.multiscale);
+      if (!mm) return;
+      for (const [id, s] of Object.entries(mm.segments))
+        lodsSeen[id] = [...new Set([...(lodsSeen[id] || []), ...s.lods])].sort((x, y) => x - y);
+    };
+    noteLods(result);
+    if (a.multires && !problems.length) {
+      await page.evaluate(() => {
+        for (const ml of window.viewer.layerManager.managedLayers)
+          if (ml.name === 'multires') ml.layer.displayState.renderScaleTarget.value = 0.01;
+      });
+      const t1 = Date.now();
+      good = 0;
+      while (good < 2 && Date.now() - t1 < 60000 &&
+             !(problems.length && Date.now() - lastResponse > 5000)) {
+        await page.waitForTimeout(500);
+        result = await page.evaluate(inspectPage, segments);
+        good = done(result) ? good + 1 : 0;
+      }
+      noteLods(result);
+      if (good < 2)
+        problems.push(`multi-resolution meshes at the finest level: not everything loaded after ` +
+                      `${((Date.now() - t1) / 1000).toFixed(1)} s`);
+      // Back to the first view for the screenshots.
+      await page.evaluate(() => {
+        for (const ml of window.viewer.layerManager.managedLayers)
+          if (ml.name === 'multires') ml.layer.displayState.renderScaleTarget.value = 1;
+      });
+      for (let n = 0; n < 60 && !(await page.evaluate(() => window.viewer.display.isReady())); n++)
+        await page.waitForTimeout(500);
+    }
     console.log(`ng_browser_check: ${good >= 2 ? "loaded" : "NOT loaded"} after ${((Date.now() - t0) / 1000).toFixed(1)} s`);
     await page.waitForTimeout(500);
     await Promise.all(pending);
@@ -339,9 +403,20 @@ async function main() {
       const ms = mm && mm.segments[id];
       // Unsharded: <id>.index and byte ranges of <id> (sharded: ranges of
       // shard files, which the HTTP and in-page checks cover).
+      // The levels of detail that hold data: from the manifest's bytes
+      // (the spec's layout) when it was fetched unsharded, else from
+      // Neuroglancer's parsed manifest (levels with a scale).
+      let levels = ms && ms.numLods !== undefined ? [...Array(ms.numLods).keys()] : [];
       if (!multiresInfo.sharding) {
         const iu = `${layerUrl(a.multires)}/${id}.index`;
         if (!ok(iu)) problems.push(`segment ${id}: multi-resolution manifest ${iu} not fetched with success`);
+        else {
+          try {
+            levels = multiresLevels(responses.get(iu).body);
+          } catch (e) {
+            problems.push(`segment ${id}: ${iu}: ${e.message}`);
+          }
+        }
         if (!ok(`${layerUrl(a.multires)}/${id}`))
           problems.push(`segment ${id}: multi-resolution fragments ${layerUrl(a.multires)}/${id} not fetched with success`);
       }
@@ -349,8 +424,12 @@ async function main() {
         problems.push(`segment ${id}: Neuroglancer holds no multi-resolution manifest for it`);
       else if (ms.inGpu === 0 || ms.inGpu < ms.fragments)
         problems.push(`segment ${id}: ${ms.inGpu} of ${ms.fragments} multi-resolution fragments loaded (chunk states of the others ${JSON.stringify(ms.states)})`);
-      if (ms) line += `; multi-resolution: ${ms.inGpu} fragments loaded, ` +
-                      `levels of detail [${ms.lods}] of ${ms.numLods}`;
+      const seen = lodsSeen[id] || [];
+      const missing = levels.filter((l) => !seen.includes(l));
+      if (missing.length)
+        problems.push(`segment ${id}: multi-resolution levels of detail [${missing}] never loaded ` +
+                      `(loaded: [${seen}])`);
+      line += `; multi-resolution: levels of detail [${seen}] of [${levels}] loaded`;
     }
 
     if (a.annotations) {
