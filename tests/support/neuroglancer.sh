@@ -26,7 +26,8 @@ skip() { echo "neuroglancer.sh: $*" >&2; exit 77; }
 
 command -v node >/dev/null 2>&1 || skip "node not found"
 command -v npm >/dev/null 2>&1 || skip "npm not found"
-[ -x "${CHROMIUM:-/usr/bin/chromium}" ] || skip "${CHROMIUM:-/usr/bin/chromium} not found"
+chromium=${CHROMIUM:-/usr/bin/chromium}
+[ -f "$chromium" ] && [ -x "$chromium" ] || skip "$chromium not found"
 
 playwright_version() {
   node -e 'try { console.log(require(process.argv[1]).version) } catch (e) {}' \
