@@ -3,20 +3,26 @@
 # - every unit and integration test under AddressSanitizer + UBSan,
 # - the poison acceptance test (bad messages at a live worker) under them too,
 # - the unit tests again (but test_kafka) and every acceptance test on the
-#   release build.
+#   release build (acceptance.browser_test among them: our layers in
+#   Neuroglancer in headless chromium).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Test builds compile in the fault hooks the acceptance tests switch on
 # (docs/operations.md); the demo's build (scripts/demo.sh) does not.
 CNX_FAULT_INJECTION=ON bash scripts/setup.sh release asan
 # Test-only tools: node and npm run the S3 server the storage tests start
-# (tests/support/s3rver.sh installs s3rver, pinned, from npm).
-if ! command -v npm >/dev/null 2>&1; then
+# (tests/support/s3rver.sh installs s3rver, pinned, from npm); chromium is
+# the browser of acceptance/browser_test.sh (Neuroglancer and playwright-core,
+# pinned, from npm: tests/support/neuroglancer.sh).
+test_tools=()
+command -v npm >/dev/null 2>&1 || test_tools+=(nodejs npm)
+[ -x /usr/bin/chromium ] || test_tools+=(chromium)
+if [ ${#test_tools[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
-    --no-install-recommends nodejs npm >/dev/null
+    --no-install-recommends "${test_tools[@]}" >/dev/null
 fi
 jobs=$(nproc 2>/dev/null || echo 2)
 echo "== unit + integration tests under ASan + UBSan (build-asan) =="

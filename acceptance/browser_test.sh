@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Our layers in a real browser: Neuroglancer 2.37.5's built bundle (npm
+# @janelia-flyem/neuroglancer, its dist/min) in Debian's headless chromium,
+# driven by playwright-core (both pinned, installed by
+# tests/support/neuroglancer.sh; exit 77, skipped, when node, npm or
+# chromium is missing).
+#  1. A small cnx-synth volume (CNX_NG_SHAPE, default 256,256,128: 2 x 2 x 1 chunks) through
+#     the `predictions` workflow on the real stack (broker, controller, a
+#     worker per stage): segmentation, meshes, synapses.
+#  2. Two local servers (scripts/serve.py, CORS, byte ranges): one for the
+#     bundle, one for the layers, so every layer read is a cross-origin one.
+#  3. acceptance/ng_browser_check.js opens Neuroglancer with a state that
+#     loads the image, the segmentation with its legacy meshes and a few
+#     segments selected (those with the most synapses) and, with
+#     CNX_NG_LAYERS=all (the default), the synapse annotation layer
+#     (filtered by the selected segments, both relationships) and the
+#     multi-resolution mesh layer; it fails on any HTTP response >= 400,
+#     any failed request, any console error or page error, a selected
+#     segment whose manifest or fragments were not fetched with success or
+#     are not drawn (Neuroglancer's own chunk states), a selected segment
+#     whose relationship index did not load or does not hold exactly the
+#     synapse ids the JSON-lines tables give it; it saves a screenshot of
+#     the whole viewer and of each panel.
+#  4. Each panel's screenshot is checked with Pillow + numpy: not blank,
+#     not uniform (luminance standard deviation and distinct colours);
+#     that check refuses a uniform and a blank image (negative control).
+# CNX_NG_LAYERS=base leaves out the layers named ANNOTATIONS and MULTIRES
+# below. Screenshots: $(dirname "$CNX_BIN")/browser-test/*.png, their paths
+# printed. Runs in about a minute on two cores.
+source "$(dirname "$0")/lib.sh"
+DATA=$WORK/data
+SHAPE=${CNX_NG_SHAPE:-256,256,128}
+LAYERS=${CNX_NG_LAYERS:-all}
+SHOTS=${CNX_NG_SHOTS:-$(dirname "$BIN")/browser-test}
+# The layers the state loads, relative to the dataset. ANNOTATIONS and
+# MULTIRES are the synapse annotation layer (neuroglancer_annotations_v1,
+# relationships named in REL_FIELDS) and the multi-resolution mesh
+# directory (neuroglancer_multilod_draco, loaded as a mesh-only source of a
+# second segmentation layer).
+IMAGE=image
+SEGMENTATION=segmentation/v1
+ANNOTATIONS=segmentation/v1/synapse_annotations
+MULTIRES=segmentation/v1/mesh_multires
+# relationship id in the annotation layer's info -> the synapse table's field
+REL_FIELDS=pre_synaptic_cell:pre_id,post_synaptic_cell:post_id
+SELECT=${CNX_NG_SELECT:-3} # segments selected
+
+case $LAYERS in
+  base | all) ;;
+  *) echo "browser_test: CNX_NG_LAYERS is base or all, not '$LAYERS'" >&2; exit 2 ;;
+esac
+"$PY" -c 'import numpy, PIL' 2>/dev/null || { echo "browser_test: skipped: $PY lacks numpy or Pillow"; exit 77; }
+set +e
+TOOLS=$(bash "$SRC/tests/support/neuroglancer.sh")
+rc=$?
+set -e
+[ "$rc" -eq 0 ] || { echo "browser_test: skipped or failed: the browser tools are not there (rc $rc)"; exit "$rc"; }
+NG=$(ls -d "$TOOLS"/neuroglancer-* | head -n1)
+
+# 1. The layers.
+"$BIN/cnx-synth" --out "$DATA" --shape "$SHAPE" --seed 7 --quiet
+start_broker 4
+start_controller
+for s in "segment segment" "segment segment-join" "segment segment-relabel" \
+         "mesh mesh" "mesh mesh-manifest" "synapses synapses" "synapses synapse-edges"; do
+  set -- $s
+  start_stage_worker "cnx-$1" "$2" "$2-1"
+done
+t0=$SECONDS
+set +e
+"$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow predictions \
+  --workflows "$SRC/workflows" --dataset "file://$DATA" --roi "0,0,0,$SHAPE" \
+  --request ng-pred --wait --json --timeout 600 >"$WORK/pred.json" 2>"$WORK/pred.err"
+RC=$?
+set -e
+echo "predictions on $SHAPE: $((SECONDS - t0)) s"
+check "predictions exits 0 (rc $RC)" [ "$RC" -eq 0 ]
+stop_workers
+[ "$RC" -eq 0 ] || { cat "$WORK/pred.err" >&2; finish; exit 1; }
+
+# 2. The servers: the bundle and the layers on two origins.
+serve() { # dir, name -> sets PORT
+  "$PY" "$SRC/scripts/serve.py" "$1" --port 0 --quiet >"$WORK/$2.out" 2>"$WORK/$2.err" &
+  PIDS+=($!)
+  PORT=
+  for _ in $(seq 100); do
+    PORT=$(sed -n 's|^serving .* on http://127\.0\.0\.1:\([0-9]*\)/.*$|\1|p' "$WORK/$2.out" 2>/dev/null || true)
+    [ -n "$PORT" ] && return 0
+    sleep 0.1
+  done
+  echo "serve.py $1 did not start: $(cat "$WORK/$2.err")" >&2
+  return 1
+}
+# The bundle as installed, but for an index.html naming an empty icon: the
+# browser asks no /favicon.ico (a 404 the check would count).
+mkdir -p "$WORK/ng"
+for f in "$NG"/*; do ln -s "$f" "$WORK/ng/"; done
+rm "$WORK/ng/index.html"
+sed 's|<head>|<head><link rel="icon" href="data:,">|' "$NG/index.html" >"$WORK/ng/index.html"
+grep -q 'rel="icon"' "$WORK/ng/index.html" || { echo "browser_test: $NG/index.html has no <head>" >&2; exit 1; }
+serve "$WORK/ng" ng
+NG_URL=http://127.0.0.1:$PORT/index.html
+serve "$DATA" data
+DATA_URL=http://127.0.0.1:$PORT
+
+# 3. The state and what each selected segment must show: the segments with
+# the most synapses (pre or post) that have a mesh; for each, per
+# relationship, the synapse ids the tables give it.
+"$PY" - "$DATA" "$SEGMENTATION" "$REL_FIELDS" "$SELECT" >"$WORK/expect.json" <<'PY'
+import json, os, sys
+data, seg, rel_fields, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+rels = dict(kv.split(":") for kv in rel_fields.split(","))
+syn = [json.loads(l) for dp, _, fs in os.walk(os.path.join(data, seg, "synapses"))
+       for f in sorted(fs) for l in open(os.path.join(dp, f))]
+count = {}
+for s in syn:
+    for field in rels.values():
+        if s[field]:
+            count[s[field]] = count.get(s[field], 0) + 1
+meshed = [i for i in sorted(count, key=lambda i: (-count[i], i))
+          if os.path.exists(os.path.join(data, seg, "mesh", "%d:0" % i))]
+ids = sorted(meshed[:n])
+if len(ids) < n:
+    sys.exit("want %d segments with synapses and meshes, found %d" % (n, len(ids)))
+expect = {str(i): {r: sorted(s["id"] for s in syn if s[f] == i) for r, f in rels.items()}
+          for i in ids}
+json.dump({"segments": [str(i) for i in ids], "synapses": expect,
+           "table_synapses": len(syn)}, sys.stdout)
+PY
+echo "selected: $(jq_py "$WORK/expect.json" '", ".join("%s (%d synapses)" % (i, sum(len(v) for v in d["synapses"][i].values())) for i in d["segments"])') of $(jq_py "$WORK/expect.json" 'd["table_synapses"]') synapses in the tables"
+mkdir -p "$SHOTS"
+rm -f "$SHOTS"/*.png "$SHOTS"/panels.json
+layers=(--image "$IMAGE" --segmentation "$SEGMENTATION")
+[ "$LAYERS" = all ] && layers+=(--annotations "$ANNOTATIONS" --multires "$MULTIRES")
+set +e
+NODE_PATH=$TOOLS/node_modules node "$SRC/acceptance/ng_browser_check.js" \
+  --ng "$NG_URL" --data "$DATA_URL" --expect "$WORK/expect.json" --out "$SHOTS" \
+  "${layers[@]}" 2>&1 | tee "$WORK/browser.log"
+RC=${PIPESTATUS[0]}
+set -e
+check "Neuroglancer: every request, console message, mesh and synapse check (rc $RC)" [ "$RC" -eq 0 ]
+
+# 4. The panels, independently of the browser: Pillow + numpy.
+check "every panel's screenshot is neither blank nor uniform (Pillow + numpy)" \
+  "$PY" "$SRC/acceptance/png_check.py" "$SHOTS"/panel-*.png
+# ... which can fail: a uniform panel and a blank one are refused.
+"$PY" -c 'import sys; from PIL import Image
+Image.new("RGB", (64, 64), (40, 40, 40)).save(sys.argv[1])
+Image.new("RGB", (512, 361), (0, 0, 0)).save(sys.argv[2])' "$WORK/uniform.png" "$WORK/blank.png"
+check "png_check.py refuses a uniform and a blank panel" \
+  bash -c '! "$1" "$2" "$3" >/dev/null && ! "$1" "$2" "$4" >/dev/null' _ \
+  "$PY" "$SRC/acceptance/png_check.py" "$WORK/uniform.png" "$WORK/blank.png"
+for f in "$SHOTS"/*.png; do echo "screenshot: $f"; done
+finish
