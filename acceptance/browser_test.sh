@@ -39,7 +39,9 @@ SHOTS=${CNX_NG_SHOTS:-$(dirname "$BIN")/browser-test}
 # second segmentation layer).
 IMAGE=image
 SEGMENTATION=segmentation/v1
-ANNOTATIONS=segmentation/v1/synapse_annotations
+# synapse-edges writes one collection per request region (the whole volume)
+IFS=, read -r SX SY SZ <<<"$SHAPE"
+ANNOTATIONS=segmentation/v1/synapse_annotations/8_8_8/0-${SX}_0-${SY}_0-${SZ}
 MULTIRES=segmentation/v1/mesh_multires
 # relationship id in the annotation layer's info -> the synapse table's field
 REL_FIELDS=pre_synaptic_cell:pre_id,post_synaptic_cell:post_id
