@@ -10,7 +10,7 @@
  * task's read exactly as a one-chunk task reads it, so its bytes do not
  * depend on the task size. "mesh-manifest" (reduce) reads every index and
  * writes each segment's manifest mesh/<id>:0 listing its fragments in
- * chunk order (z, y, x).
+ * chunk order (z, y, x), and the directory's mesh/info.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -277,6 +277,35 @@ static int write_manifest(cnx_stage_io *io, const frag_ref *r, size_t n)
     return rc;
 }
 
+/*
+ * Write mesh/info, the legacy mesh directory's info: its type and, where
+ * the layer has segment properties, their directory relative to mesh/
+ * (Neuroglancer reads them when mesh/ is loaded as a source on its own).
+ * The one task of this reduce owns the directory, so it writes it once.
+ */
+static int write_mesh_info(cnx_stage_io *io)
+{
+    cnx_layer *layer = cnx_stage_output_layer(io);
+    const cnx_layer_info *info = layer ? cnx_layer_get_info(layer) : NULL;
+    json_t *doc = json_pack("{s:s}", "@type", "neuroglancer_legacy_mesh");
+    char path[CNX_SCALE_KEY_MAX + 4];
+    char *text = NULL;
+    int rc;
+
+    if (doc != NULL && info != NULL && info->segment_properties[0] != '\0') {
+        snprintf(path, sizeof(path), "../%s", info->segment_properties);
+        json_object_set_new(doc, "segment_properties", json_string(path));
+    }
+    if (doc != NULL)
+        text = cnx__json_canonical(doc);
+    json_decref(doc);
+    if (text == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "mesh-manifest: out of memory");
+    rc = cnx_stage_put(io, "mesh/info", text, strlen(text));
+    free(text);
+    return rc;
+}
+
 static int run_manifest(void *ctx, const cnx_task *task, cnx_stage_io *io)
 {
     const cnx_task_input *in = cnx_task_input_get(task, "index");
@@ -311,6 +340,8 @@ static int run_manifest(void *ctx, const cnx_task *task, cnx_stage_io *io)
         i = j;
     }
     if (rc == 0)
+        rc = write_mesh_info(io);
+    if (rc == 0)
         cnx_stage_add_voxels(io, cnx_box_voxels(&task->roi));
     free(refs);
     return rc;
@@ -324,6 +355,7 @@ const cnx_stage cnx_stage_mesh_manifest = {
     .help = "Writes each segment's Neuroglancer legacy mesh manifest\n"
             "mesh/<id>:0 (one task per region): input role \"index\" lists\n"
             "the mesh stage's mesh_index/<scale>/<chunk> documents; a\n"
-            "manifest names the segment's fragments in chunk order.\n"
+            "manifest names the segment's fragments in chunk order; and\n"
+            "mesh/info (neuroglancer_legacy_mesh).\n"
             "Parameters: {}.",
 };

@@ -172,6 +172,20 @@ check "every chunk has its face record, mapping, mesh index and synapse table" b
     [ "$(ls "$1/$d" | wc -l)" -eq 8 ] || { echo "$d: $(ls "$1/$d" | wc -l)" >&2; exit 1; }
   done' _ "$DATA"
 
+check "mesh/info: the legacy type and ../segment_properties, as Neuroglancer reads it" "$PY" -c '
+import json, sys
+d = json.load(open(sys.argv[1] + "/segmentation/v1/mesh/info"))
+assert d == {"@type": "neuroglancer_legacy_mesh",
+             "segment_properties": "../segment_properties"}, d
+assert json.load(open(sys.argv[1] + "/segmentation/v1/info"))["mesh"] == "mesh"' "$DATA"
+check "mesh/info is a subject of one signed manifest (its writer: the one meshes task)" "$PY" -c '
+import base64, glob, json, sys
+n = 0
+for f in glob.glob(sys.argv[1] + "/segmentation/v1/lineage/*/*.dsse.json"):
+    st = json.loads(base64.b64decode(json.load(open(f))["payload"]))
+    n += sum(s["name"].endswith("/segmentation/v1/mesh/info") for s in st["subject"])
+assert n == 1, n' "$DATA"
+
 check "the synapse tables are not all empty ($(cat "$DATA"/segmentation/v1/synapses/8_8_8/* | wc -l) synapses)" \
   [ "$(cat "$DATA"/segmentation/v1/synapses/8_8_8/* | wc -l)" -gt 0 ]
 

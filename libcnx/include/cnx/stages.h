@@ -54,7 +54,7 @@ extern const cnx_stage cnx_stage_segment_relabel;
  * docs/mesh.md). mesh: input role "segmentation" (uint64), a task of
  * whole chunks, halo >= 1; writes, per chunk, mesh/<id>:0:<chunk> and
  * mesh_index/<scale>/<chunk>. mesh-manifest: role "index" (every chunk's
- * index); writes mesh/<id>:0.
+ * index); writes mesh/<id>:0 and mesh/info.
  */
 extern const cnx_stage cnx_stage_mesh;
 extern const cnx_stage cnx_stage_mesh_manifest;
