@@ -186,6 +186,20 @@ for f in glob.glob(sys.argv[1] + "/segmentation/v1/lineage/*/*.dsse.json"):
     n += sum(s["name"].endswith("/segmentation/v1/mesh/info") for s in st["subject"])
 assert n == 1, n' "$DATA"
 
+check "mesh_multires/info and every manifest and data file read back by tests/py/multires_ref.py with draco_decoder: in their cells, level 0 closed and the legacy mesh, fewer triangles per level" \
+  "$PY" "${CNX_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/py/multires_ref.py" "$DATA/segmentation/v1" --report "$WORK/multires.json"
+check "the multi-resolution meshes have more than one level ($(jq_py "$WORK/multires.json" 'len(d["multires"]["lods"])' 2>/dev/null) levels, $(jq_py "$WORK/multires.json" 'd["segments"]' 2>/dev/null) segments)" \
+  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); assert len(d["multires"]["lods"]) > 1 and d["segments"] > 0' "$WORK/multires.json"
+check "mesh_multires/info: the multilod type, ../segment_properties, a subject of the meshes task's manifest" "$PY" -c '
+import base64, glob, json, sys
+d = json.load(open(sys.argv[1] + "/segmentation/v1/mesh_multires/info"))
+assert d["@type"] == "neuroglancer_multilod_draco" and d["segment_properties"] == "../segment_properties", d
+n = 0
+for f in glob.glob(sys.argv[1] + "/segmentation/v1/lineage/*/*.dsse.json"):
+    st = json.loads(base64.b64decode(json.load(open(f))["payload"]))
+    n += sum(s["name"].endswith("/segmentation/v1/mesh_multires/info") for s in st["subject"])
+assert n == 1, n' "$DATA"
+
 check "the synapse tables are not all empty ($(cat "$DATA"/segmentation/v1/synapses/8_8_8/* | wc -l) synapses)" \
   [ "$(cat "$DATA"/segmentation/v1/synapses/8_8_8/* | wc -l)" -gt 0 ]
 
