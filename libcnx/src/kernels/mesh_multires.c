@@ -259,35 +259,70 @@ static int tri_cell(const cnx_mesh_mr_params *p, const cnx_mesh *m,
     return 0;
 }
 
+typedef struct tref {
+    uint64_t key;
+    uint32_t pos[3];
+    size_t tri;
+} tref;
+
+static int cmp_tref(const void *a, const void *b)
+{
+    const tref *u = a, *v = b;
+    if (u->key != v->key)
+        return u->key < v->key ? -1 : 1;
+    return u->tri < v->tri ? -1 : u->tri > v->tri;
+}
+
+/* Level 0: each piece's triangles, grouped by the cell that holds them
+ * (in their order within a cell), appended to that cell's fragment. */
 static int level0(const cnx_mesh *pieces, size_t n,
                   const cnx_mesh_mr_params *p, level *out)
 {
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         const cnx_mesh *m = &pieces[i];
-        uint32_t *map = malloc((m->nverts ? m->nverts : 1) * sizeof(*map));
-        if (map == NULL)
+        size_t nv = m->nverts ? m->nverts : 1, nt = m->ntris ? m->ntris : 1;
+        uint32_t *map = malloc(nv * sizeof(*map)), *run = NULL;
+        tref *r = malloc(nt * sizeof(*r));
+        if (map == NULL || r == NULL ||
+            (run = malloc(3 * nt * sizeof(*run))) == NULL) {
+            free(map);
+            free(r);
             return cnx_error_set(CNX_ENOMEM, 0, "mesh multires: out of memory");
-        memset(map, 0xff, (m->nverts ? m->nverts : 1) * sizeof(*map));
+        }
+        memset(map, 0xff, nv * sizeof(*map));
         for (size_t t = 0; t < m->ntris && rc == 0; t++) {
-            uint32_t pos[3];
-            cell *c;
-            if (tri_cell(p, m, &m->tris[3 * t], pos) != 0) {
+            r[t].tri = t;
+            if (tri_cell(p, m, &m->tris[3 * t], r[t].pos) != 0) {
                 const float *v = &m->verts[3 * m->tris[3 * t]];
                 rc = cnx_error_set(CNX_EINVAL, 0,
                                    "mesh multires: piece %zu, triangle %zu "
                                    "(at %g, %g, %g nm) lies in no level-0 "
                                    "cell",
                                    i, t, v[0], v[1], v[2]);
-                break;
             }
-            c = level_get(out, pos);
+            r[t].key = cnx_mesh_morton(r[t].pos);
+        }
+        if (rc == 0)
+            qsort(r, m->ntris, sizeof(*r), cmp_tref);
+        for (size_t t = 0; t < m->ntris && rc == 0;) {
+            size_t u = t, k = 0;
+            cell *c;
+            while (u < m->ntris && r[u].key == r[t].key) {
+                memcpy(&run[3 * k++], &m->tris[3 * r[u].tri],
+                       3 * sizeof(uint32_t));
+                u++;
+            }
+            c = level_get(out, r[t].pos);
             if (c == NULL)
                 rc = cnx_error_set(CNX_ENOMEM, 0,
                                    "mesh multires: out of memory");
             else
-                rc = cell_append(c, m, &m->tris[3 * t], 1, map);
+                rc = cell_append(c, m, run, k, map);
+            t = u;
         }
+        free(run);
+        free(r);
         free(map);
     }
     return rc;
