@@ -190,6 +190,19 @@ check "mesh_multires/info and every manifest and data file read back by tests/py
   "$PY" "${CNX_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/py/multires_ref.py" "$DATA/segmentation/v1" --report "$WORK/multires.json"
 check "the multi-resolution meshes have more than one level ($(jq_py "$WORK/multires.json" 'len(d["multires"]["lods"])' 2>/dev/null) levels, $(jq_py "$WORK/multires.json" 'd["segments"]' 2>/dev/null) segments)" \
   "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); assert len(d["multires"]["lods"]) > 1 and d["segments"] > 0' "$WORK/multires.json"
+check "multires_ref.py fails on a copy where two segments' multi-resolution meshes are swapped" bash -c '
+  set -e
+  bad=$2/bad-multires; rm -rf "$bad"; mkdir -p "$bad"
+  cp -r "$1/segmentation/v1/mesh" "$1/segmentation/v1/mesh_multires" "$bad/"
+  a=$(ls "$bad/mesh_multires" | grep "\.index$" | head -1); a=${a%.index}
+  b=$(ls "$bad/mesh_multires" | grep "\.index$" | tail -1); b=${b%.index}
+  [ "$a" != "$b" ]
+  for f in "" .index; do
+    mv "$bad/mesh_multires/$a$f" "$bad/t"; mv "$bad/mesh_multires/$b$f" "$bad/mesh_multires/$a$f"; mv "$bad/t" "$bad/mesh_multires/$b$f"
+  done
+  ! "$3" "$4" "$bad" > "$2/bad-multires.log" 2>&1
+  grep -q "differ by\|triangles, the legacy mesh\|bounding box" "$2/bad-multires.log"' \
+  _ "$DATA" "$WORK" "$PY" "${CNX_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/py/multires_ref.py"
 check "mesh_multires/info: the multilod type, ../segment_properties, a subject of the meshes task's manifest" "$PY" -c '
 import base64, glob, json, sys
 d = json.load(open(sys.argv[1] + "/segmentation/v1/mesh_multires/info"))
