@@ -148,7 +148,8 @@ int main(int argc, char **argv)
             cnx_box cb;
             for (int a = 0; a < 3; a++) {
                 cb.min[a] = ps[k].chunk[a];
-                cb.max[a] = ps[k].chunk[a] + C < v1[a] ? ps[k].chunk[a] + C : v1[a];
+                cb.max[a] =
+                    ps[k].chunk[a] + C < v1[a] ? ps[k].chunk[a] + C : v1[a];
             }
             cnx_box_format(&cb, box, sizeof(box));
             legacy_bytes += (uint64_t)snprintf(NULL, 0, "\"%" PRIu64 ":0:%s\"",

@@ -6,11 +6,15 @@
  * of the chunk plus one voxel of overlap on its high faces, optional
  * quadric simplification with the chunk-face vertices fixed, and one
  * Neuroglancer legacy fragment per label, mesh/<id>:0:<chunk>; the list of
- * ids goes to mesh_index/<scale>/<chunk>. A chunk is cropped from the
- * task's read exactly as a one-chunk task reads it, so its bytes do not
- * depend on the task size. "mesh-manifest" (reduce) reads every index and
+ * ids, each with its fragment's digest, goes to
+ * mesh_index/<scale>/<chunk>. A chunk is cropped from the task's read
+ * exactly as a one-chunk task reads it, so its bytes do not depend on the
+ * task size. "mesh-manifest" (reduce) reads every index and
  * writes each segment's manifest mesh/<id>:0 listing its fragments in
- * chunk order (z, y, x), and the directory's mesh/info.
+ * chunk order (z, y, x), and the directory's mesh/info; and, from the
+ * fragments (read back against the digests in the indexes), each
+ * segment's multi-resolution Draco mesh mesh_multires/<id>.index and
+ * mesh_multires/<id>, and mesh_multires/info.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -207,7 +211,8 @@ const cnx_stage cnx_stage_mesh = {
             "(uint64) with one voxel of overlap on the chunk's high faces,\n"
             "optionally simplified with the chunk-face vertices fixed;\n"
             "writes one Neuroglancer legacy fragment per label,\n"
-            "mesh/<id>:0:<chunk>, and the list of ids,\n"
+            "mesh/<id>:0:<chunk>, and the list of ids with their\n"
+            "fragments' digests,\n"
             "mesh_index/<scale>/<chunk>; a chunk's bytes do not depend on\n"
             "the task size. Parameters: {} or {\"simplify\": fraction,\n"
             "\"max_error\": nm^2}. docs/mesh.md.",
@@ -306,35 +311,6 @@ static int write_manifest(cnx_stage_io *io, const frag_ref *r, size_t n)
     return rc;
 }
 
-/*
- * Write mesh/info, the legacy mesh directory's info: its type and, where
- * the layer has segment properties, their directory relative to mesh/
- * (Neuroglancer reads them when mesh/ is loaded as a source on its own).
- * The one task of this reduce owns the directory, so it writes it once.
- */
-static int write_mesh_info(cnx_stage_io *io)
-{
-    cnx_layer *layer = cnx_stage_output_layer(io);
-    const cnx_layer_info *info = layer ? cnx_layer_get_info(layer) : NULL;
-    json_t *doc = json_pack("{s:s}", "@type", "neuroglancer_legacy_mesh");
-    char path[CNX_SCALE_KEY_MAX + 4];
-    char *text = NULL;
-    int rc;
-
-    if (doc != NULL && info != NULL && info->segment_properties[0] != '\0') {
-        snprintf(path, sizeof(path), "../%s", info->segment_properties);
-        json_object_set_new(doc, "segment_properties", json_string(path));
-    }
-    if (doc != NULL)
-        text = cnx__json_canonical(doc);
-    json_decref(doc);
-    if (text == NULL)
-        return cnx_error_set(CNX_ENOMEM, 0, "mesh-manifest: out of memory");
-    rc = cnx_stage_put(io, "mesh/info", text, strlen(text));
-    free(text);
-    return rc;
-}
-
 /* The layer's segment properties relative to a mesh directory ("" if
  * none). */
 static void properties_path(cnx_stage_io *io, char *out, size_t cap)
@@ -346,15 +322,41 @@ static void properties_path(cnx_stage_io *io, char *out, size_t cap)
         snprintf(out, cap, "../%s", info->segment_properties);
 }
 
+/*
+ * Write mesh/info, the legacy mesh directory's info: its type and, where
+ * the layer has segment properties, their directory relative to mesh/
+ * (Neuroglancer reads them when mesh/ is loaded as a source on its own).
+ * The one task of this reduce owns the directory, so it writes it once.
+ */
+static int write_mesh_info(cnx_stage_io *io)
+{
+    json_t *doc = json_pack("{s:s}", "@type", "neuroglancer_legacy_mesh");
+    char path[CNX_SCALE_KEY_MAX + 4];
+    char *text = NULL;
+    int rc;
+
+    properties_path(io, path, sizeof(path));
+    if (doc != NULL && path[0] != '\0')
+        json_object_set_new(doc, "segment_properties", json_string(path));
+    if (doc != NULL)
+        text = cnx__json_canonical(doc);
+    json_decref(doc);
+    if (text == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "mesh-manifest: out of memory");
+    rc = cnx_stage_put(io, "mesh/info", text, strlen(text));
+    free(text);
+    return rc;
+}
+
 /* Write mesh_multires/info (neuroglancer_multilod_draco): positions in nm,
  * so the transform is the identity. */
 static int write_multires_info(cnx_stage_io *io)
 {
-    json_t *doc = json_pack(
-        "{s:s, s:i, s:[iiiiiiiiiiii], s:i}", "@type",
-        "neuroglancer_multilod_draco", "vertex_quantization_bits",
-        CNX_MESH_MR_BITS, "transform", 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0,
-        "lod_scale_multiplier", 1);
+    json_t *doc =
+        json_pack("{s:s, s:i, s:[iiiiiiiiiiii], s:i}", "@type",
+                  "neuroglancer_multilod_draco", "vertex_quantization_bits",
+                  CNX_MESH_MR_BITS, "transform", 1, 0, 0, 0, 0, 1, 0, 0, 0, 0,
+                  1, 0, "lod_scale_multiplier", 1);
     char path[CNX_SCALE_KEY_MAX + 4];
     char *text = NULL;
     int rc;
@@ -425,11 +427,9 @@ static int write_multires(cnx_stage_io *io, const cnx_mesh_mr_params *p,
         free(bytes);
     }
     if (rc == 0) {
-        rc = cnx_mesh_mr_build(pieces, n, p, &index, &ilen, &data, &dlen,
-                               NULL);
+        rc = cnx_mesh_mr_build(pieces, n, p, &index, &ilen, &data, &dlen, NULL);
         if (rc != 0)
-            rc = cnx_error_wrap("mesh-manifest: segment %" PRIu64,
-                                r[0].id);
+            rc = cnx_error_wrap("mesh-manifest: segment %" PRIu64, r[0].id);
     }
     snprintf(name, sizeof(name), MULTIRES_DIR "/%" PRIu64, r[0].id);
     if (rc == 0)
@@ -501,6 +501,9 @@ const cnx_stage cnx_stage_mesh_manifest = {
             "mesh/<id>:0 (one task per region): input role \"index\" lists\n"
             "the mesh stage's mesh_index/<scale>/<chunk> documents; a\n"
             "manifest names the segment's fragments in chunk order; and\n"
-            "mesh/info (neuroglancer_legacy_mesh).\n"
+            "mesh/info (neuroglancer_legacy_mesh). From the fragments,\n"
+            "each segment's multi-resolution Draco mesh\n"
+            "mesh_multires/<id>.index and mesh_multires/<id>, and\n"
+            "mesh_multires/info (neuroglancer_multilod_draco, unsharded).\n"
             "Parameters: {}.",
 };

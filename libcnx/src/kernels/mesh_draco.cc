@@ -26,15 +26,13 @@ static int encode(const uint32_t *pos, size_t nverts, const uint32_t *tris,
     ga.Init(draco::GeometryAttribute::POSITION, nullptr, 3, draco::DT_UINT32,
             false, 3 * sizeof(uint32_t), 0);
     mesh.set_num_points(static_cast<draco::PointIndex::ValueType>(nverts));
-    int att = mesh.AddAttribute(ga, true,
-                                static_cast<uint32_t>(nverts));
+    int att = mesh.AddAttribute(ga, true, static_cast<uint32_t>(nverts));
     if (att < 0)
         return cnx_error_set(CNX_ENOMEM, 0, "draco: out of memory");
     draco::PointAttribute *pa = mesh.attribute(att);
     for (size_t i = 0; i < nverts; i++)
         pa->SetAttributeValue(
-            draco::AttributeValueIndex(static_cast<uint32_t>(i)),
-            pos + 3 * i);
+            draco::AttributeValueIndex(static_cast<uint32_t>(i)), pos + 3 * i);
     mesh.SetNumFaces(ntris);
     for (size_t t = 0; t < ntris; t++) {
         draco::Mesh::Face f;
@@ -65,9 +63,9 @@ extern "C" int cnx_mesh_draco_encode(const uint32_t *pos, size_t nverts,
         *out = nullptr;
     if (len != nullptr)
         *len = 0;
-    if (pos == nullptr || tris == nullptr || out == nullptr ||
-        len == nullptr || ntris == 0 || bits < 1 || bits > 31 ||
-        nverts > UINT32_MAX || ntris > UINT32_MAX / 3)
+    if (pos == nullptr || tris == nullptr || out == nullptr || len == nullptr ||
+        ntris == 0 || bits < 1 || bits > 31 || nverts > UINT32_MAX ||
+        ntris > UINT32_MAX / 3)
         return cnx_error_set(CNX_EINVAL, 0, "draco: invalid arguments");
     for (size_t i = 0; i < 3 * nverts; i++)
         if (pos[i] >> bits)

@@ -275,8 +275,8 @@ static int cmp_tref(const void *a, const void *b)
 
 /* Level 0: each piece's triangles, grouped by the cell that holds them
  * (in their order within a cell), appended to that cell's fragment. */
-static int level0(const cnx_mesh *pieces, size_t n,
-                  const cnx_mesh_mr_params *p, level *out)
+static int level0(const cnx_mesh *pieces, size_t n, const cnx_mesh_mr_params *p,
+                  level *out)
 {
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -540,8 +540,8 @@ int cnx_mesh_mr_build(const cnx_mesh *pieces, size_t npieces,
     }
     nfrags = 0;
     for (int l = 0; l < nl && rc == 0; l++) {
-        double rmax = fmax(p->resolution[0],
-                           fmax(p->resolution[1], p->resolution[2]));
+        double rmax =
+            fmax(p->resolution[0], fmax(p->resolution[1], p->resolution[2]));
         scales[l] = (float)(rmax * (double)(1u << l));
         offsets[3 * l] = offsets[3 * l + 1] = offsets[3 * l + 2] = 0;
         for (size_t i = 0; i < lv[l].n && rc == 0; i++) {
@@ -577,8 +577,7 @@ int cnx_mesh_mr_build(const cnx_mesh *pieces, size_t npieces,
         cnx_mesh_mr_index ix;
         memset(&ix, 0, sizeof(ix));
         for (int a = 0; a < 3; a++) {
-            ix.chunk_shape[a] =
-                (float)((double)p->cell[a] * p->resolution[a]);
+            ix.chunk_shape[a] = (float)((double)p->cell[a] * p->resolution[a]);
             ix.grid_origin[a] = bound(p, a, 0, 0);
         }
         ix.num_lods = (uint32_t)nl;

@@ -61,8 +61,8 @@ static void test_mesh_multires__manifest_bytes(void **state)
     const float scales[2] = {40, 80}, offs[6] = {0, 0, 0, 0.5f, 0, 0};
     const cnx_mesh_mr_frag f[3] = {
         {0, {1, 0, 0}, 10}, {0, {0, 1, 0}, 20}, {1, {0, 0, 0}, 30}};
-    cnx_mesh_mr_index ix = {{512, 512, 2560}, {4, 4, -2540}, 2, scales,
-                            offs, 3, f};
+    cnx_mesh_mr_index ix = {
+        {512, 512, 2560}, {4, 4, -2540}, 2, scales, offs, 3, f};
     uint8_t want[4 * (6 + 1 + 2 + 6 + 2 + 6 + 2 + 3 + 1)], *buf;
     size_t len, at = 0;
     (void)state;
@@ -126,8 +126,9 @@ static void ball_pieces(cnx_mesh **out, size_t *n)
     for (int z = 0; z < S; z++)
         for (int y = 0; y < S; y++)
             for (int x = 0; x < S; x++) {
-                double d = sqrt((x - 15.5) * (x - 15.5) +
-                                (y - 16.2) * (y - 16.2) + (z - 15.8) * (z - 15.8));
+                double d =
+                    sqrt((x - 15.5) * (x - 15.5) + (y - 16.2) * (y - 16.2) +
+                         (z - 15.8) * (z - 15.8));
                 vol[(z * S + y) * S + x] = d < 13 ? 7 : 0;
             }
     for (int cz = 0; cz < S; cz += C)
@@ -182,9 +183,8 @@ static void test_mesh_multires__build_levels(void **state)
     (void)state;
     ball_pieces(&pieces, &n);
     assert_true(n >= 27);
-    assert_int_equal(cnx_mesh_mr_build(pieces, n, &p, &index, &ilen, &data,
-                                       &dlen, &st),
-                     0);
+    assert_int_equal(
+        cnx_mesh_mr_build(pieces, n, &p, &index, &ilen, &data, &dlen, &st), 0);
     /* 32 voxels + the padding ring: 5 cells a side, so levels of 5, 3, 2,
      * 1 cells: four levels */
     assert_int_equal(st.num_lods, 4);
@@ -197,9 +197,9 @@ static void test_mesh_multires__build_levels(void **state)
     assert_int_equal(st.frags[3], 1);
     assert_int_equal(bytes, dlen);
     /* deterministic */
-    assert_int_equal(cnx_mesh_mr_build(pieces, n, &p, &index2, &ilen2, &data2,
-                                       &dlen2, NULL),
-                     0);
+    assert_int_equal(
+        cnx_mesh_mr_build(pieces, n, &p, &index2, &ilen2, &data2, &dlen2, NULL),
+        0);
     assert_int_equal(ilen, ilen2);
     assert_int_equal(dlen, dlen2);
     assert_memory_equal(index, index2, ilen);
@@ -207,9 +207,9 @@ static void test_mesh_multires__build_levels(void **state)
     free(index), free(data), free(index2), free(data2);
     /* a grid shifted by half a chunk: triangles straddle its faces */
     p.origin[0] = -4;
-    assert_int_equal(cnx_mesh_mr_build(pieces, n, &p, &index, &ilen, &data,
-                                       &dlen, NULL),
-                     CNX_EINVAL);
+    assert_int_equal(
+        cnx_mesh_mr_build(pieces, n, &p, &index, &ilen, &data, &dlen, NULL),
+        CNX_EINVAL);
     assert_null(index);
     assert_non_null(strstr(cnx_error_last()->message, "no level-0 cell"));
     for (size_t i = 0; i < n; i++)
