@@ -15,6 +15,9 @@
 #     order; segment_properties equal to the voxel counts; every mesh
 #     closed after joining fragments, its volume within 5% of the
 #     segment's voxels (segments of >= 1000 voxels off the volume's edge);
+#     the multi-resolution meshes read back by tests/py/multires_ref.py
+#     (draco_decoder): in their cells, level 0 closed and equal to the
+#     legacy meshes, fewer triangles per level;
 #  2. synapses against gt-synapses.json by acceptance/syn_check.py (numpy +
 #     scipy, CREMI partner matching): on the ground-truth segmentation
 #     (workflow synapses-gt) precision, recall and partner accuracy >= 0.90;
@@ -78,6 +81,8 @@ check "one-process chunked segmentation: same bytes for 1 thread forward and 2 t
 check "segmentation quality, seams, properties and meshes (seg_check.py: numpy + scikit-image)" \
   "$PY" "$SRC/acceptance/seg_check.py" --data "$DATA" --whole "$WORK/whole.u32" \
   --chunked "$WORK/chunked.u64" --report "$WORK/seg-report.json"
+check "multi-resolution meshes: every fragment decoded by draco_decoder, in its cell, level 0 closed and the legacy mesh, fewer triangles per level (tests/py/multires_ref.py)" \
+  "$PY" "$SRC/tests/py/multires_ref.py" "$DATA/segmentation/v1" --report "$WORK/multires-report.json"
 
 # 2. Synapses on the ground truth and on our segmentation.
 reprocess synapses-gt syn-gt

@@ -600,6 +600,8 @@ echo "then add these sources in Neuroglancer (https://neuroglancer-demo.appspot.
 for l in synth/image synth/stitched/v1 synth/aligned/v1 synth/segmentation-aligned/v1 synth/segmentation/v1; do
   echo "  precomputed://$ng/$l"
 done
+echo "(a segmentation's info names its legacy meshes; for the multi-resolution Draco meshes add"
+echo "  precomputed://$ng/synth/segmentation/v1/mesh_multires as a second source of that layer)"
 python3 - "$ng" <<'PY'
 import json, sys, urllib.parse
 ng = sys.argv[1]

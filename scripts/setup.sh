@@ -9,6 +9,7 @@ PACKAGES=(build-essential cmake pkg-config git
           librdkafka-dev libcurl4-openssl-dev libexpat1-dev libssl-dev openssl curl
           libjansson-dev libzstd-dev zlib1g-dev libgit2-dev libsqlite3-dev sqlite3
           libcmocka-dev libpng-dev libtiff-dev libjpeg62-turbo-dev kcat clang libclang-rt-14-dev
+          libdraco-dev draco
           python3 python3-numpy python3-skimage python3-pil python3-jsonschema python3-securesystemslib)
 
 missing=()

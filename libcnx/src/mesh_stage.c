@@ -6,11 +6,15 @@
  * of the chunk plus one voxel of overlap on its high faces, optional
  * quadric simplification with the chunk-face vertices fixed, and one
  * Neuroglancer legacy fragment per label, mesh/<id>:0:<chunk>; the list of
- * ids goes to mesh_index/<scale>/<chunk>. A chunk is cropped from the
- * task's read exactly as a one-chunk task reads it, so its bytes do not
- * depend on the task size. "mesh-manifest" (reduce) reads every index and
+ * ids, each with its fragment's digest, goes to
+ * mesh_index/<scale>/<chunk>. A chunk is cropped from the task's read
+ * exactly as a one-chunk task reads it, so its bytes do not depend on the
+ * task size. "mesh-manifest" (reduce) reads every index and
  * writes each segment's manifest mesh/<id>:0 listing its fragments in
- * chunk order (z, y, x).
+ * chunk order (z, y, x), and the directory's mesh/info; and, from the
+ * fragments (read back against the digests in the indexes), each
+ * segment's multi-resolution Draco mesh mesh_multires/<id>.index and
+ * mesh_multires/<id>, and mesh_multires/info.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -18,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cnx/digest.h"
 #include "cnx/error.h"
 #include "cnx/mesh.h"
 #include "cnx/stages.h"
@@ -26,6 +31,11 @@
 
 #define INDEX_DIR CNX_STAGE_MESH_INDEX_DIR
 #define INDEX_MAX ((size_t)64 << 20)
+#define FRAGMENT_MAX ((size_t)1 << 30)
+#define MULTIRES_DIR "mesh_multires"
+/* Each coarser level of the multi-resolution meshes keeps this fraction of
+ * its finer level's triangles (at most; docs/mesh.md). */
+#define MULTIRES_SIMPLIFY 0.25
 
 /* Parameters: {} or {"simplify": fraction in (0, 1], "max_error": nm^2}. */
 static int parse_mesh_params(const char *text, cnx_mesh_simplify_opts *o)
@@ -55,7 +65,7 @@ static int write_fragments(cnx_stage_io *io, const cnx_task *task,
                            const cnx_mesh_simplify_opts *o)
 {
     char box[128], name[512];
-    size_t cap = set->n * 21 + 1, at = 0;
+    size_t cap = set->n * (21 + CNX_DIGEST_LEN) + 1, at = 0;
     char *index = malloc(cap);
     int rc = cnx_box_format(chunk, box, sizeof(box));
 
@@ -73,8 +83,12 @@ static int write_fragments(cnx_stage_io *io, const cnx_task *task,
                  box);
         if (rc == 0)
             rc = cnx_stage_put(io, name, bytes, len);
-        at += (size_t)snprintf(index + at, cap - at, "%" PRIu64 "\n",
-                               set->labels[i]);
+        if (rc == 0) {
+            char digest[CNX_DIGEST_LEN];
+            cnx_digest(bytes, len, digest);
+            at += (size_t)snprintf(index + at, cap - at, "%" PRIu64 " %s\n",
+                                   set->labels[i], digest);
+        }
         free(bytes);
     }
     if (rc == 0)
@@ -118,6 +132,13 @@ static int one_mesh(cnx_stage_io *io, const cnx_task *task,
         b.resolution[i] = resolution[i];
     }
     cnx_mesh_block_planes(&b, o);
+    /* At the volume's low face the chunk also polygonises the padding
+     * cells below it; its own face stays fixed there too, so no triangle
+     * crosses it and each lies in one cell of the multi-resolution octree
+     * (the padding cells' plane holds no vertex). */
+    for (int i = 0; i < 3; i++)
+        if (chunk->min[i] == bounds->min[i])
+            o->plane_at[2 * i] = ((double)chunk->min[i] + 0.5) * resolution[i];
     rc = cnx_volume_crop(&part, vol, &rbox);
     if (rc == 0) {
         b.labels = part->data;
@@ -190,7 +211,8 @@ const cnx_stage cnx_stage_mesh = {
             "(uint64) with one voxel of overlap on the chunk's high faces,\n"
             "optionally simplified with the chunk-face vertices fixed;\n"
             "writes one Neuroglancer legacy fragment per label,\n"
-            "mesh/<id>:0:<chunk>, and the list of ids,\n"
+            "mesh/<id>:0:<chunk>, and the list of ids with their\n"
+            "fragments' digests,\n"
             "mesh_index/<scale>/<chunk>; a chunk's bytes do not depend on\n"
             "the task size. Parameters: {} or {\"simplify\": fraction,\n"
             "\"max_error\": nm^2}. docs/mesh.md.",
@@ -201,6 +223,7 @@ const cnx_stage cnx_stage_mesh = {
 typedef struct frag_ref {
     uint64_t id;
     cnx_box box;
+    char digest[CNX_DIGEST_LEN]; /* of the fragment mesh/<id>:0:<chunk> */
 } frag_ref;
 
 static int cmp_ref(const void *x, const void *y)
@@ -231,10 +254,18 @@ static int read_index(const char *name, const uint8_t *data, size_t len,
             id = id * 10 + (uint64_t)(data[i++] - '0');
             d++;
         }
-        if (d == 0 || i >= len || data[i] != '\n' || id == 0)
+        char digest[CNX_DIGEST_LEN];
+        size_t k = 0;
+        if (d > 0 && i < len && data[i] == ' ')
+            for (i++; i < len && data[i] != '\n' && k + 1 < sizeof(digest);)
+                digest[k++] = (char)data[i++];
+        digest[k] = '\0';
+        if (d == 0 || i >= len || data[i] != '\n' || id == 0 ||
+            !cnx_digest_valid(digest))
             return cnx_error_set(CNX_ECORRUPT, 0,
                                  "mesh-manifest: %s: byte %zu: not a list "
-                                 "of segment ids",
+                                 "of segment ids with their fragments' "
+                                 "digests",
                                  name, i);
         i++;
         if (*n == *cap) {
@@ -246,7 +277,10 @@ static int read_index(const char *name, const uint8_t *data, size_t len,
             *refs = r;
             *cap = c;
         }
-        (*refs)[(*n)++] = (frag_ref){id, box};
+        (*refs)[*n].id = id;
+        (*refs)[*n].box = box;
+        memcpy((*refs)[*n].digest, digest, sizeof(digest));
+        (*n)++;
     }
     return 0;
 }
@@ -277,9 +311,144 @@ static int write_manifest(cnx_stage_io *io, const frag_ref *r, size_t n)
     return rc;
 }
 
+/* The layer's segment properties relative to a mesh directory ("" if
+ * none). */
+static void properties_path(cnx_stage_io *io, char *out, size_t cap)
+{
+    cnx_layer *layer = cnx_stage_output_layer(io);
+    const cnx_layer_info *info = layer ? cnx_layer_get_info(layer) : NULL;
+    out[0] = '\0';
+    if (info != NULL && info->segment_properties[0] != '\0')
+        snprintf(out, cap, "../%s", info->segment_properties);
+}
+
+/*
+ * Write mesh/info, the legacy mesh directory's info: its type and, where
+ * the layer has segment properties, their directory relative to mesh/
+ * (Neuroglancer reads them when mesh/ is loaded as a source on its own).
+ * The one task of this reduce owns the directory, so it writes it once.
+ */
+static int write_mesh_info(cnx_stage_io *io)
+{
+    json_t *doc = json_pack("{s:s}", "@type", "neuroglancer_legacy_mesh");
+    char path[CNX_SCALE_KEY_MAX + 4];
+    char *text = NULL;
+    int rc;
+
+    properties_path(io, path, sizeof(path));
+    if (doc != NULL && path[0] != '\0')
+        json_object_set_new(doc, "segment_properties", json_string(path));
+    if (doc != NULL)
+        text = cnx__json_canonical(doc);
+    json_decref(doc);
+    if (text == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "mesh-manifest: out of memory");
+    rc = cnx_stage_put(io, "mesh/info", text, strlen(text));
+    free(text);
+    return rc;
+}
+
+/* Write mesh_multires/info (neuroglancer_multilod_draco): positions in nm,
+ * so the transform is the identity. */
+static int write_multires_info(cnx_stage_io *io)
+{
+    json_t *doc =
+        json_pack("{s:s, s:i, s:[iiiiiiiiiiii], s:i}", "@type",
+                  "neuroglancer_multilod_draco", "vertex_quantization_bits",
+                  CNX_MESH_MR_BITS, "transform", 1, 0, 0, 0, 0, 1, 0, 0, 0, 0,
+                  1, 0, "lod_scale_multiplier", 1);
+    char path[CNX_SCALE_KEY_MAX + 4];
+    char *text = NULL;
+    int rc;
+
+    properties_path(io, path, sizeof(path));
+    if (doc != NULL && path[0] != '\0')
+        json_object_set_new(doc, "segment_properties", json_string(path));
+    if (doc != NULL)
+        text = cnx__json_canonical(doc);
+    json_decref(doc);
+    if (text == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "mesh-manifest: out of memory");
+    rc = cnx_stage_put(io, MULTIRES_DIR "/info", text, strlen(text));
+    free(text);
+    return rc;
+}
+
+/* The octree of the multi-resolution meshes: level-0 cells are the
+ * chunks of the output scale, with one ring of cells below the volume's
+ * low faces for the padding cells the low chunks polygonise. */
+static int multires_params(cnx_stage_io *io, cnx_mesh_mr_params *p)
+{
+    cnx_layer *layer = cnx_stage_output_layer(io);
+    const cnx_layer_info *info = layer ? cnx_layer_get_info(layer) : NULL;
+    int s = cnx_stage_output_scale(io);
+    cnx_grid grid;
+    if (info == NULL || s < 0)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "mesh-manifest: output: no segmentation scale "
+                             "to take the mesh grid from");
+    grid = cnx_info_grid(info, s);
+    memset(p, 0, sizeof(*p));
+    for (int i = 0; i < 3; i++) {
+        p->cell[i] = grid.chunk[i];
+        p->origin[i] = grid.offset[i] - grid.chunk[i];
+        p->resolution[i] = info->scales[s].resolution[i];
+    }
+    p->simplify = MULTIRES_SIMPLIFY;
+    return 0;
+}
+
+/* Write mesh_multires/<id>.index and mesh_multires/<id> for the run of
+ * refs with one id, from its legacy fragments (read back, digest-checked
+ * against the mesh index). */
+static int write_multires(cnx_stage_io *io, const cnx_mesh_mr_params *p,
+                          const frag_ref *r, size_t n)
+{
+    cnx_mesh *pieces = calloc(n ? n : 1, sizeof(*pieces));
+    uint8_t *index = NULL, *data = NULL;
+    size_t ilen = 0, dlen = 0;
+    char name[512], box[128];
+    int rc = 0;
+
+    if (pieces == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "mesh-manifest: out of memory");
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        uint8_t *bytes = NULL;
+        size_t len = 0;
+        rc = cnx_box_format(&r[i].box, box, sizeof(box));
+        snprintf(name, sizeof(name), "mesh/%" PRIu64 ":0:%s", r[i].id, box);
+        if (rc == 0)
+            rc = cnx_stage_get_expect(io, "index", name, r[i].digest,
+                                      FRAGMENT_MAX, &bytes, &len);
+        if (rc == 0)
+            rc = cnx_mesh_legacy_decode(bytes, len, &pieces[i]);
+        if (rc != 0)
+            rc = cnx_error_wrap("mesh-manifest: %s", name);
+        free(bytes);
+    }
+    if (rc == 0) {
+        rc = cnx_mesh_mr_build(pieces, n, p, &index, &ilen, &data, &dlen, NULL);
+        if (rc != 0)
+            rc = cnx_error_wrap("mesh-manifest: segment %" PRIu64, r[0].id);
+    }
+    snprintf(name, sizeof(name), MULTIRES_DIR "/%" PRIu64, r[0].id);
+    if (rc == 0)
+        rc = cnx_stage_put(io, name, data, dlen);
+    snprintf(name, sizeof(name), MULTIRES_DIR "/%" PRIu64 ".index", r[0].id);
+    if (rc == 0)
+        rc = cnx_stage_put(io, name, index, ilen);
+    for (size_t i = 0; i < n; i++)
+        cnx_mesh_free(&pieces[i]);
+    free(pieces);
+    free(index);
+    free(data);
+    return rc;
+}
+
 static int run_manifest(void *ctx, const cnx_task *task, cnx_stage_io *io)
 {
     const cnx_task_input *in = cnx_task_input_get(task, "index");
+    cnx_mesh_mr_params mr;
     frag_ref *refs = NULL;
     size_t n = 0, cap = 0;
     int rc = 0;
@@ -292,6 +461,7 @@ static int run_manifest(void *ctx, const cnx_task *task, cnx_stage_io *io)
     if (task->parameters != NULL && strcmp(task->parameters, "{}") != 0)
         return cnx_error_set(CNX_ESCHEMA, 0,
                              "mesh-manifest: parameters: must be {}");
+    rc = multires_params(io, &mr);
     for (size_t k = 0; k < in->nobjects && rc == 0; k++) {
         uint8_t *data = NULL;
         size_t len = 0;
@@ -308,8 +478,14 @@ static int run_manifest(void *ctx, const cnx_task *task, cnx_stage_io *io)
         while (j < n && refs[j].id == refs[i].id)
             j++;
         rc = write_manifest(io, refs + i, j - i);
+        if (rc == 0)
+            rc = write_multires(io, &mr, refs + i, j - i);
         i = j;
     }
+    if (rc == 0)
+        rc = write_mesh_info(io);
+    if (rc == 0)
+        rc = write_multires_info(io);
     if (rc == 0)
         cnx_stage_add_voxels(io, cnx_box_voxels(&task->roi));
     free(refs);
@@ -324,6 +500,10 @@ const cnx_stage cnx_stage_mesh_manifest = {
     .help = "Writes each segment's Neuroglancer legacy mesh manifest\n"
             "mesh/<id>:0 (one task per region): input role \"index\" lists\n"
             "the mesh stage's mesh_index/<scale>/<chunk> documents; a\n"
-            "manifest names the segment's fragments in chunk order.\n"
+            "manifest names the segment's fragments in chunk order; and\n"
+            "mesh/info (neuroglancer_legacy_mesh). From the fragments,\n"
+            "each segment's multi-resolution Draco mesh\n"
+            "mesh_multires/<id>.index and mesh_multires/<id>, and\n"
+            "mesh_multires/info (neuroglancer_multilod_draco, unsharded).\n"
             "Parameters: {}.",
 };

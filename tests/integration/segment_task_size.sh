@@ -172,6 +172,47 @@ check "every chunk has its face record, mapping, mesh index and synapse table" b
     [ "$(ls "$1/$d" | wc -l)" -eq 8 ] || { echo "$d: $(ls "$1/$d" | wc -l)" >&2; exit 1; }
   done' _ "$DATA"
 
+check "mesh/info: the legacy type and ../segment_properties, as Neuroglancer reads it" "$PY" -c '
+import json, sys
+d = json.load(open(sys.argv[1] + "/segmentation/v1/mesh/info"))
+assert d == {"@type": "neuroglancer_legacy_mesh",
+             "segment_properties": "../segment_properties"}, d
+assert json.load(open(sys.argv[1] + "/segmentation/v1/info"))["mesh"] == "mesh"' "$DATA"
+check "mesh/info is a subject of one signed manifest (its writer: the one meshes task)" "$PY" -c '
+import base64, glob, json, sys
+n = 0
+for f in glob.glob(sys.argv[1] + "/segmentation/v1/lineage/*/*.dsse.json"):
+    st = json.loads(base64.b64decode(json.load(open(f))["payload"]))
+    n += sum(s["name"].endswith("/segmentation/v1/mesh/info") for s in st["subject"])
+assert n == 1, n' "$DATA"
+
+check "mesh_multires/info and every manifest and data file read back by tests/py/multires_ref.py with draco_decoder: in their cells, level 0 closed and the legacy mesh, fewer triangles per level" \
+  "$PY" "${CNX_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/py/multires_ref.py" "$DATA/segmentation/v1" --report "$WORK/multires.json"
+check "the multi-resolution meshes have more than one level ($(jq_py "$WORK/multires.json" 'len(d["multires"]["lods"])' 2>/dev/null) levels, $(jq_py "$WORK/multires.json" 'd["segments"]' 2>/dev/null) segments)" \
+  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); assert len(d["multires"]["lods"]) > 1 and d["segments"] > 0' "$WORK/multires.json"
+check "multires_ref.py fails on a copy where two segments' multi-resolution meshes are swapped" bash -c '
+  set -e
+  bad=$2/bad-multires; rm -rf "$bad"; mkdir -p "$bad"
+  cp -r "$1/segmentation/v1/mesh" "$1/segmentation/v1/mesh_multires" "$bad/"
+  a=$(ls "$bad/mesh_multires" | grep "\.index$" | head -1); a=${a%.index}
+  b=$(ls "$bad/mesh_multires" | grep "\.index$" | tail -1); b=${b%.index}
+  [ "$a" != "$b" ]
+  for f in "" .index; do
+    mv "$bad/mesh_multires/$a$f" "$bad/t"; mv "$bad/mesh_multires/$b$f" "$bad/mesh_multires/$a$f"; mv "$bad/t" "$bad/mesh_multires/$b$f"
+  done
+  ! "$3" "$4" "$bad" > "$2/bad-multires.log" 2>&1
+  grep -q "differ by\|triangles, the legacy mesh\|bounding box" "$2/bad-multires.log"' \
+  _ "$DATA" "$WORK" "$PY" "${CNX_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/py/multires_ref.py"
+check "mesh_multires/info: the multilod type, ../segment_properties, a subject of the meshes task's manifest" "$PY" -c '
+import base64, glob, json, sys
+d = json.load(open(sys.argv[1] + "/segmentation/v1/mesh_multires/info"))
+assert d["@type"] == "neuroglancer_multilod_draco" and d["segment_properties"] == "../segment_properties", d
+n = 0
+for f in glob.glob(sys.argv[1] + "/segmentation/v1/lineage/*/*.dsse.json"):
+    st = json.loads(base64.b64decode(json.load(open(f))["payload"]))
+    n += sum(s["name"].endswith("/segmentation/v1/mesh_multires/info") for s in st["subject"])
+assert n == 1, n' "$DATA"
+
 check "the synapse tables are not all empty ($(cat "$DATA"/segmentation/v1/synapses/8_8_8/* | wc -l) synapses)" \
   [ "$(cat "$DATA"/segmentation/v1/synapses/8_8_8/* | wc -l)" -gt 0 ]
 

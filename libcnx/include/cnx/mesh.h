@@ -41,8 +41,11 @@ extern "C" {
 #endif
 
 /** Kernel version: bumped whenever the meshes it writes are meant to change.
- *  2: multilabel block meshing, voxel-centre positions in nm. */
-#define CNX_MESH_VERSION 2
+ *  2: multilabel block meshing, voxel-centre positions in nm.
+ *  3: a chunk at the volume's low face keeps its own face's vertices (so
+ *  no triangle crosses it), mesh indexes carry each fragment's digest,
+ *  and multi-resolution Draco meshes. */
+#define CNX_MESH_VERSION 3
 
 typedef struct cnx_mesh {
     size_t nverts, ntris;
@@ -223,6 +226,114 @@ int cnx_mesh_legacy_encode(const cnx_mesh *m, uint8_t **out, size_t *len);
  *         range; CNX_ENOMEM.
  */
 int cnx_mesh_legacy_decode(const uint8_t *buf, size_t len, cnx_mesh *out);
+
+/* ---- multi-resolution meshes (neuroglancer_multilod_draco) ------------- */
+
+/** Vertex quantization bits of the multi-resolution meshes (10 or 16 in
+ *  the format; cnx writes 16). */
+#define CNX_MESH_MR_BITS 16
+/** At most this many levels of detail (the octree of 2^21 cells a side). */
+#define CNX_MESH_MR_MAX_LODS 22
+
+/**
+ * Morton (z-order) code of an octree position: bit i of x, y, z goes to bit
+ * 3i, 3i + 1, 3i + 2 (x lowest), the order Neuroglancer wants fragments in.
+ * Coordinates must be below 2^21.
+ */
+uint64_t cnx_mesh_morton(const uint32_t pos[3]);
+
+/** One fragment of a manifest: its level, octree position, byte size. */
+typedef struct cnx_mesh_mr_frag {
+    uint32_t lod;
+    uint32_t pos[3];
+    uint32_t size;
+} cnx_mesh_mr_frag;
+
+/** A segment's manifest (<id>.index), as the format has it. */
+typedef struct cnx_mesh_mr_index {
+    float chunk_shape[3];         /* a level-0 cell, stored model units */
+    float grid_origin[3];         /* low corner of cell (0, 0, 0) */
+    uint32_t num_lods;            /* 1..CNX_MESH_MR_MAX_LODS */
+    const float *lod_scales;      /* num_lods */
+    const float *vertex_offsets;  /* num_lods * 3 */
+    size_t nfrags;
+    const cnx_mesh_mr_frag *frags; /* by lod, then Morton order within it */
+} cnx_mesh_mr_index;
+
+/**
+ * Encode a manifest: chunk_shape, grid_origin (3 float32le each), num_lods
+ * (uint32le), lod_scales, vertex_offsets (float32le), fragments per lod
+ * (uint32le), then per lod the positions as a [3][n] uint32le array and the
+ * fragment sizes (uint32le).
+ * @param[out] out  malloc'd, the caller frees; @param[out] len its length
+ * @return 0; CNX_EINVAL for NULL arguments, num_lods out of range, a
+ *         fragment whose lod is not below num_lods, fragments not sorted
+ *         by lod then strictly increasing Morton code, or a position at or
+ *         over 2^21; CNX_ENOMEM.
+ */
+int cnx_mesh_mr_index_encode(const cnx_mesh_mr_index *ix, uint8_t **out,
+                             size_t *len);
+
+/**
+ * Draco-encode a mesh whose vertex positions are integers (3 uint32 per
+ * vertex, each below 2^bits), as an integer POSITION attribute without
+ * Draco's own quantization (edgebreaker, speed 5); deterministic bytes.
+ * Implemented in C++ (mesh_draco.cc) on Debian's libdraco: Draco has no C
+ * interface.
+ * @param[out] out  malloc'd, the caller frees; @param[out] len its length
+ * @return 0; CNX_EINVAL for NULL arguments, no triangles, an index out of
+ *         range or a coordinate at or over 2^bits; CNX_ENOMEM; CNX_EIO if
+ *         Draco refuses the mesh (its message).
+ */
+int cnx_mesh_draco_encode(const uint32_t *pos, size_t nverts,
+                          const uint32_t *tris, size_t ntris, int bits,
+                          uint8_t **out, size_t *len);
+
+/** How a segment's multi-resolution mesh is built (cnx_mesh_mr_build). */
+typedef struct cnx_mesh_mr_params {
+    int64_t origin[3];     /* grid coordinate of cell (0, 0, 0)'s low corner
+                              (voxel i's centre has grid coordinate i) */
+    int64_t cell[3];       /* a level-0 cell in voxels (the chunk size) */
+    double resolution[3];  /* nm per voxel; positions are
+                              (float)((g + 0.5) * resolution) nm, the
+                              formula of cnx_mesh_block_run() */
+    double simplify;       /* target fraction of each coarser level's
+                              simplification, in (0, 1] */
+} cnx_mesh_mr_params;
+
+/** Per-level figures of one build (summed by the caller if it likes). */
+typedef struct cnx_mesh_mr_stats {
+    uint32_t num_lods;
+    uint64_t frags[CNX_MESH_MR_MAX_LODS];
+    uint64_t tris[CNX_MESH_MR_MAX_LODS];
+    uint64_t bytes[CNX_MESH_MR_MAX_LODS];
+} cnx_mesh_mr_stats;
+
+/**
+ * Build one segment's multi-resolution mesh from its chunk meshes (the
+ * level-0 pieces, positions in nm as cnx_mesh_block_run() writes them).
+ * Level 0: each piece's triangles go to the level-0 cell that holds them
+ * (all three vertices inside, faces included); a triangle no cell holds is
+ * an error. Level k >= 1: each level-(k-1) fragment, its equal positions
+ * welded, is simplified with the six faces of its cell fixed (target
+ * fraction p->simplify, no error limit), and the (up to eight) results in
+ * one level-k cell make that cell's fragment: no triangle crosses the 2x2x2
+ * partition, neighbours still meet vertex for vertex. Levels are added
+ * until one cell holds the whole segment. Every fragment is quantized in
+ * its cell to CNX_MESH_MR_BITS bits (a vertex on the cell's middle plane
+ * gets exactly 2^(bits-1), the partition point Neuroglancer uses) and
+ * Draco-encoded; fragments without triangles are left out.
+ * @param[out] index, index_len  the manifest (<id>.index), malloc'd
+ * @param[out] data, data_len    the fragment data (<id>), malloc'd
+ * @param[out] st  per-level figures (may be NULL)
+ * @return 0; CNX_EINVAL for bad arguments or a triangle that no level-0
+ *         cell holds (naming it); CNX_ETOOBIG past 2^21 cells a side or
+ *         4 GiB of fragment data; CNX_ENOMEM; Draco's errors.
+ */
+int cnx_mesh_mr_build(const cnx_mesh *pieces, size_t npieces,
+                      const cnx_mesh_mr_params *p, uint8_t **index,
+                      size_t *index_len, uint8_t **data, size_t *data_len,
+                      cnx_mesh_mr_stats *st);
 
 #ifdef __cplusplus
 }

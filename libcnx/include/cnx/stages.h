@@ -53,8 +53,10 @@ extern const cnx_stage cnx_stage_segment_relabel;
  * mesh, mesh-manifest: Neuroglancer legacy meshes (cnx/mesh.h,
  * docs/mesh.md). mesh: input role "segmentation" (uint64), a task of
  * whole chunks, halo >= 1; writes, per chunk, mesh/<id>:0:<chunk> and
- * mesh_index/<scale>/<chunk>. mesh-manifest: role "index" (every chunk's
- * index); writes mesh/<id>:0.
+ * mesh_index/<scale>/<chunk> (ids and fragment digests). mesh-manifest:
+ * role "index" (every chunk's index); writes mesh/<id>:0 and mesh/info,
+ * and the multi-resolution meshes mesh_multires/<id>.index,
+ * mesh_multires/<id> and mesh_multires/info.
  */
 extern const cnx_stage cnx_stage_mesh;
 extern const cnx_stage cnx_stage_mesh_manifest;
