@@ -8,6 +8,12 @@
  *   sharded_tool corrupt DIR        case.txt's chunk refused with its error
  *                                   name and a message holding its text
  *   sharded_tool morton FILE        "gx gy gz x y z code" lines agree
+ *   sharded_tool write DIR          the chunks of chunks.txt (bytes from
+ *                                   expect/<id>) encoded with
+ *                                   cnx_shard_encode into DIR/<key>/, one
+ *                                   file a non-empty shard (the directory
+ *                                   must not exist yet); tests/py's reader
+ *                                   reads them back
  *   sharded_tool put DIR URL        every file of DIR (info, shards, ...)
  *                                   put into the store URL, same names
  *   sharded_tool volume DIR [URL]   the layer at URL (default file://DIR)
@@ -36,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 
 #include "cnx/error.h"
 #include "cnx/precomputed.h"
@@ -535,6 +542,106 @@ static int volume(const char *dir, const char *url)
     return bad;
 }
 
+/* The set's chunks, grouped by shard and encoded, one file a shard. */
+static int write_set(const char *dir)
+{
+    cnx_sharding spec;
+    char scale_dir[4096], path[4096], line[64], key[256];
+    cnx_shard_chunk *chunks = NULL;
+    char **bytes = NULL;
+    uint64_t *shard_of = NULL;
+    size_t n = 0, cap = 0;
+    int bad = 0, files = 0;
+    FILE *list;
+
+    if (load_spec(dir, &spec, scale_dir, sizeof(scale_dir), key) != 0)
+        return 1;
+    snprintf(path, sizeof(path), "%s/chunks.txt", dir);
+    list = fopen(path, "r");
+    if (list == NULL)
+        return fprintf(stderr, "sharded_tool: no %s\n", path), 1;
+    while (!bad && fgets(line, sizeof(line), list) != NULL) {
+        uint64_t id = strtoull(line, NULL, 10);
+        size_t len = 0;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            chunks = realloc(chunks, cap * sizeof(*chunks));
+            bytes = realloc(bytes, cap * sizeof(*bytes));
+            shard_of = realloc(shard_of, cap * sizeof(*shard_of));
+            if (chunks == NULL || bytes == NULL || shard_of == NULL) {
+                fprintf(stderr, "sharded_tool: out of memory\n");
+                return 1;
+            }
+        }
+        snprintf(path, sizeof(path), "%s/expect/%" PRIu64, dir, id);
+        bytes[n] = slurp(path, &len);
+        if (bytes[n] == NULL) {
+            fprintf(stderr, "sharded_tool: cannot read %s\n", path);
+            bad = 1;
+            break;
+        }
+        chunks[n] = (cnx_shard_chunk){id, (const uint8_t *)bytes[n], len};
+        {
+            uint64_t m;
+            cnx_sharding_locate(&spec, id, &shard_of[n], &m);
+        }
+        n++;
+    }
+    fclose(list);
+    if (!bad && mkdir(scale_dir, 0777) != 0) {
+        fprintf(stderr, "sharded_tool: mkdir %s: %s\n", scale_dir,
+                strerror(errno));
+        bad = 1;
+    }
+    /* Shard by shard, in the order they first appear (each chunk taken
+     * once: its shard's group is gathered when first seen). */
+    for (size_t i = 0; i < n && !bad; i++) {
+        cnx_shard_chunk *mine;
+        size_t k = 0, len;
+        uint8_t *out;
+        char name[CNX_SHARD_NAME_MAX], file[4096 + CNX_SHARD_NAME_MAX + 1];
+        int seen = 0;
+        FILE *f;
+        for (size_t j = 0; j < i; j++)
+            seen |= shard_of[j] == shard_of[i];
+        if (seen)
+            continue;
+        mine = malloc(n * sizeof(*mine));
+        if (mine == NULL)
+            return fprintf(stderr, "sharded_tool: out of memory\n"), 1;
+        for (size_t j = i; j < n; j++)
+            if (shard_of[j] == shard_of[i])
+                mine[k++] = chunks[j];
+        if (cnx_shard_encode(&spec, shard_of[i], mine, k, &out, &len) != 0) {
+            fprintf(stderr, "sharded_tool: %s: shard %" PRIu64 ": %s\n", dir,
+                    shard_of[i], cnx_error_last()->message);
+            free(mine);
+            bad = 1;
+            break;
+        }
+        free(mine);
+        cnx_sharding_shard_name(&spec, shard_of[i], name);
+        snprintf(file, sizeof(file), "%s/%s", scale_dir, name);
+        f = fopen(file, "wb");
+        if (f == NULL || fwrite(out, 1, len, f) != len) {
+            fprintf(stderr, "sharded_tool: cannot write %s\n", file);
+            bad = 1;
+        }
+        if (f != NULL && fclose(f) != 0)
+            bad = 1;
+        free(out);
+        files++;
+    }
+    for (size_t i = 0; i < n; i++)
+        free(bytes[i]);
+    free(bytes);
+    free(chunks);
+    free(shard_of);
+    if (!bad)
+        printf("%s: %zu chunks written in %d shards\n", dir, n, files);
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "check") == 0)
@@ -543,11 +650,13 @@ int main(int argc, char **argv)
         return corrupt(argv[2], argc == 4 ? argv[3] : NULL);
     if (argc == 3 && strcmp(argv[1], "morton") == 0)
         return morton(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "write") == 0)
+        return write_set(argv[2]);
     if (argc == 4 && strcmp(argv[1], "put") == 0)
         return put(argv[2], argv[3]);
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "volume") == 0)
         return volume(argv[2], argc == 4 ? argv[3] : NULL);
     fprintf(stderr, "usage: sharded_tool check|corrupt|volume DIR [URL] | "
-                    "morton FILE | put DIR URL\n");
+                    "morton FILE | write DIR | put DIR URL\n");
     return 2;
 }
