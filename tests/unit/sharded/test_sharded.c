@@ -526,9 +526,9 @@ static cnx_shard_chunk *random_chunks(uint64_t *rng, size_t n,
                 again |= c[j].chunk_id == id;
         } while (again);
         c[i].chunk_id = id;
-        c[i].len = (size_t)(cnx_test_rand(rng) % 5 == 0
-                                ? 0
-                                : cnx_test_rand(rng) % 3000);
+        c[i].len =
+            (size_t)(cnx_test_rand(rng) % 5 == 0 ? 0
+                                                 : cnx_test_rand(rng) % 3000);
         total += c[i].len;
     }
     *pool = malloc(total + 1);
@@ -622,8 +622,8 @@ static void test_sharded__encode_round_trips_through_the_reader(void **st)
         for (size_t i = 0; i < n; i++) {
             uint8_t *got;
             size_t len;
-            int rc = cnx_sharded_read_chunk(spec, c[i].chunk_id, mems_read,
-                                            &ms, &got, &len);
+            int rc = cnx_sharded_read_chunk(spec, c[i].chunk_id, mems_read, &ms,
+                                            &got, &len);
             if (rc != 0)
                 fail_msg("case %zu chunk %" PRIu64 ": %s", t, c[i].chunk_id,
                          cnx_error_last()->message);
@@ -643,9 +643,9 @@ static void test_sharded__encode_round_trips_through_the_reader(void **st)
                 known |= c[i].chunk_id == id;
             if (known)
                 continue;
-            assert_int_equal(cnx_sharded_read_chunk(spec, id, mems_read, &ms,
-                                                    &got, &len),
-                             CNX_ENOTFOUND);
+            assert_int_equal(
+                cnx_sharded_read_chunk(spec, id, mems_read, &ms, &got, &len),
+                CNX_ENOTFOUND);
         }
         mems_free(&ms);
         free(c);
@@ -655,7 +655,11 @@ static void test_sharded__encode_round_trips_through_the_reader(void **st)
 
 static void test_sharded__encode_is_deterministic_and_order_free(void **st)
 {
-    cnx_sharding spec = {1, 3, 0, CNX_SHARD_HASH_MURMUR3, CNX_SHARD_ENC_GZIP,
+    cnx_sharding spec = {1,
+                         3,
+                         0,
+                         CNX_SHARD_HASH_MURMUR3,
+                         CNX_SHARD_ENC_GZIP,
                          CNX_SHARD_ENC_GZIP};
     uint64_t rng = 7;
     uint8_t *pool, *a, *b;
@@ -685,11 +689,10 @@ static void test_sharded__encode_is_deterministic_and_order_free(void **st)
     free(pool);
 }
 
-static void test_sharded__encode_refuses_foreign_and_repeated_chunks(
-    void **st)
+static void test_sharded__encode_refuses_foreign_and_repeated_chunks(void **st)
 {
-    cnx_sharding spec = {0, 1, 2, CNX_SHARD_HASH_IDENTITY, CNX_SHARD_ENC_RAW,
-                         CNX_SHARD_ENC_RAW};
+    cnx_sharding spec = {
+        0, 1, 2, CNX_SHARD_HASH_IDENTITY, CNX_SHARD_ENC_RAW, CNX_SHARD_ENC_RAW};
     /* identity: id 5 = shard 2 minishard 1; id 4 = shard 2 minishard 0 */
     cnx_shard_chunk c[2] = {{5, (const uint8_t *)"ab", 2},
                             {4, (const uint8_t *)"cd", 2}};
@@ -713,9 +716,9 @@ static void test_sharded__encode_refuses_foreign_and_repeated_chunks(
         uint8_t *got;
         size_t glen;
         spec.shard_bits = 0; /* so that the shard is "0.shard" */
-        assert_int_equal(cnx_sharded_read_chunk(&spec, 1, mem_read, &m, &got,
-                                                &glen),
-                         CNX_ENOTFOUND);
+        assert_int_equal(
+            cnx_sharded_read_chunk(&spec, 1, mem_read, &m, &got, &glen),
+            CNX_ENOTFOUND);
         assert_non_null(strstr(cnx_error_last()->message, "is empty"));
     }
     free(out);
@@ -763,8 +766,7 @@ static void test_sharded__choose_follows_the_documented_rule(void **st)
         assert_int_equal(out.hash, CNX_SHARD_HASH_IDENTITY);
         assert_int_equal(cnx_sharding_check(&out), 0);
     }
-    assert_int_equal(cnx_sharding_choose((uint64_t[]){4, 0, 4}, 10, NULL,
-                                         &out),
+    assert_int_equal(cnx_sharding_choose((uint64_t[]){4, 0, 4}, 10, NULL, &out),
                      CNX_EINVAL);
     assert_int_equal(cnx_sharding_choose((uint64_t[]){4, 4, 4}, 0, NULL, &out),
                      CNX_EINVAL);
@@ -794,9 +796,8 @@ static void test_sharded__chosen_shards_are_grid_blocks(void **st)
         for (uint64_t y = 0; y < grid[1]; y++)
             for (uint64_t x = 0; x < grid[0]; x++) {
                 uint64_t id, shard, m, block;
-                assert_int_equal(cnx_sharding_morton((uint64_t[]){x, y, z},
-                                                     grid, &id),
-                                 0);
+                assert_int_equal(
+                    cnx_sharding_morton((uint64_t[]){x, y, z}, grid, &id), 0);
                 cnx_sharding_locate(&spec, id, &shard, &m);
                 /* a shard is the 2x2x2 block at (x/2, y/2, z/2): the low
                  * 3 id bits are x0 y0 z0, the rest the block's own code
@@ -807,9 +808,8 @@ static void test_sharded__chosen_shards_are_grid_blocks(void **st)
                     0);
                 assert_int_equal(shard, block);
                 assert_int_equal(m, (id >> 1) & 3);
-                memcpy(bytes[n], (uint8_t[]){(uint8_t)x, (uint8_t)y,
-                                             (uint8_t)z, 9},
-                       4);
+                memcpy(bytes[n],
+                       (uint8_t[]){(uint8_t)x, (uint8_t)y, (uint8_t)z, 9}, 4);
                 c[n] = (cnx_shard_chunk){id, bytes[n], 4};
                 n++;
             }
@@ -818,8 +818,8 @@ static void test_sharded__chosen_shards_are_grid_blocks(void **st)
     for (size_t i = 0; i < n; i++) {
         uint8_t *got;
         size_t len;
-        assert_int_equal(cnx_sharded_read_chunk(&spec, c[i].chunk_id,
-                                                mems_read, &ms, &got, &len),
+        assert_int_equal(cnx_sharded_read_chunk(&spec, c[i].chunk_id, mems_read,
+                                                &ms, &got, &len),
                          0);
         assert_int_equal(len, 4);
         assert_memory_equal(got, c[i].data, 4);
