@@ -875,3 +875,19 @@ int cnx_sharding_choose(const uint64_t grid[3], uint64_t chunk_bytes,
     out->data_encoding = CNX_SHARD_ENC_RAW;
     return 0;
 }
+
+void cnx_sharding_block(const cnx_sharding *spec, const uint64_t grid[3],
+                        uint64_t block[3])
+{
+    int bits[3], left = spec->preshift_bits + spec->minishard_bits;
+    for (int d = 0; d < 3; d++) {
+        bits[d] = ceil_log2(grid[d]);
+        block[d] = 1;
+    }
+    for (int i = 0; i < 64 && left > 0; i++)
+        for (int d = 0; d < 3 && left > 0; d++)
+            if (i < bits[d]) {
+                block[d] <<= 1;
+                left--;
+            }
+}

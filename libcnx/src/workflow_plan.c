@@ -38,6 +38,7 @@
 #include "cnx/tileset.h"
 #include "cnx/url.h"
 #include "json_int.h"
+#include "stage_int.h"
 
 /* The cells of one stage along one axis: intervals ascending, disjoint
  * for roi and write, overlapping by the halo for read. */
@@ -594,11 +595,101 @@ static int check_align_render(const cnx_plan *p, size_t s)
     return rc;
 }
 
+/* ---- the shard stage ---------------------------------------------------- */
+
+/* shard: the input scale as it is (chunk bytes are copied, so even the
+ * compressed_segmentation block stays); the sharding is added by
+ * plan_sharding once the data type is known. */
+static int rule_shard(const cnx_scale *in, cnx_scale *out, int64_t factor[3],
+                      const char *stage)
+{
+    (void)stage;
+    *out = *in;
+    for (int i = 0; i < 3; i++)
+        factor[i] = 1;
+    return 0;
+}
+
+/* The output scale's sharding: cnx_sharding_choose over the input grid
+ * with the stage's targets (its parameters). */
+static int plan_sharding(cnx_plan *p, size_t s)
+{
+    cnx_plan_stage *ps = &p->stages[s];
+    cnx_sharding_target target;
+    uint64_t grid[3], chunk_bytes;
+    int64_t counts[3];
+    cnx_grid g = {{0}, {0}, {0}};
+    int rc;
+
+    if (ps->in_scale.sharded)
+        return refuse(p, s,
+                      "input %s: scale '%s' is sharded already; the shard "
+                      "worker reads an unsharded scale",
+                      ps->inputs[0].role, ps->in_scale.key);
+    rc = cnx__shard_params(p->wf->stages[s].parameters, &target);
+    if (rc != 0)
+        return refuse(p, s, "%s", cnx_error_last()->message);
+    for (int i = 0; i < 3; i++) {
+        g.offset[i] = ps->in_scale.voxel_offset[i];
+        g.size[i] = ps->in_scale.size[i];
+        g.chunk[i] = ps->in_scale.chunk[i];
+    }
+    cnx_grid_counts(&g, counts);
+    chunk_bytes =
+        (uint64_t)cnx_dtype_size(ps->out_dtype) * (uint64_t)ps->out_channels;
+    for (int i = 0; i < 3; i++) {
+        grid[i] = (uint64_t)(counts[i] > 0 ? counts[i] : 1);
+        chunk_bytes *= (uint64_t)ps->in_scale.chunk[i];
+    }
+    rc = cnx_sharding_choose(grid, chunk_bytes, &target,
+                             &ps->out_scale.sharding);
+    if (rc != 0)
+        return refuse(p, s, "%s", cnx_error_last()->message);
+    ps->out_scale.sharded = 1;
+    return 0;
+}
+
+/* The unit a stage's region is snapped to: its input chunks, or for a
+ * stage writing a sharded scale its shards' blocks of chunks (a task is
+ * one whole shard: its one writer). */
+static cnx_scale snap_unit(const cnx_plan_stage *ps)
+{
+    cnx_scale unit = ps->in_scale;
+    if (ps->out_scale.sharded) {
+        uint64_t grid[3], block[3];
+        for (int i = 0; i < 3; i++) {
+            int64_t c = ps->in_scale.chunk[i];
+            grid[i] =
+                (uint64_t)cnx_imax(1, cnx_ceildiv(ps->in_scale.size[i], c));
+        }
+        cnx_sharding_block(&ps->out_scale.sharding, grid, block);
+        for (int i = 0; i < 3; i++)
+            unit.chunk[i] = ps->in_scale.chunk[i] * (int64_t)block[i];
+    }
+    return unit;
+}
+
+static int check_shard(const cnx_plan *p, size_t s)
+{
+    int rc = need_role(p, s, "source", 0, 0, 0);
+    if (rc == 0)
+        rc = need_ninputs(p, s, 1, "the role \"source\"");
+    if (rc == 0 && p->wf->stages[s].kind != CNX_WF_MAP)
+        rc = refuse(p, s,
+                    "the shard worker writes one shard per task; make it "
+                    "a map stage (the planner cuts one task per shard)");
+    if (rc == 0 && p->stages[s].halo != 0)
+        rc = refuse(p, s,
+                    "halo %" PRId64 ": the shard worker reads no "
+                    "halo; set \"halo\" to 0 or leave it out",
+                    p->stages[s].halo);
+    return rc;
+}
+
 static const worker_rule worker_rules[] = {
     {"downsample", rule_downsample, 1, NULL, NULL, NULL},
     {"montage", rule_montage, 0, halo_zero, check_montage, NULL},
-    {"segment", rule_same, 0, halo_segment, check_segment,
-     CNX_STAGE_FACES_DIR},
+    {"segment", rule_same, 0, halo_segment, check_segment, CNX_STAGE_FACES_DIR},
     {"segment-join", rule_same, 0, halo_zero, check_join,
      CNX_STAGE_MAPPING_DIR},
     {"segment-relabel", rule_same, 0, halo_zero, check_relabel, NULL},
@@ -610,8 +701,8 @@ static const worker_rule worker_rules[] = {
      CNX_STAGE_ALIGN_MATCHES_DIR},
     {"align-solve", rule_same, 0, halo_zero, check_align_solve,
      CNX_STAGE_ALIGN_TRANSFORMS_DIR},
-    {"align-render", rule_align_render, 0, halo_zero, check_align_render,
-     NULL},
+    {"align-render", rule_align_render, 0, halo_zero, check_align_render, NULL},
+    {"shard", rule_shard, 1, halo_zero, check_shard, NULL},
 };
 
 static const worker_rule default_rule = {NULL, rule_same, 0, NULL, NULL, NULL};
@@ -1053,6 +1144,12 @@ static int derive_geometry(cnx_plan *p, const cnx_plan_external *ext)
         rc = rule->out_scale(&in, &ps->out_scale, ps->factor, st->name);
         if (rc != 0)
             return cnx_error_wrap("workflow %s", wf->name);
+        ps->out_scale.sharded = 0; /* only the shard worker writes shards */
+        if (rule->out_scale == rule_shard) {
+            rc = plan_sharding(p, s);
+            if (rc != 0)
+                return rc;
+        }
         if (ps->out_scale.encoding == CNX_ENC_CSEG &&
             ps->out_dtype != CNX_DT_UINT32 && ps->out_dtype != CNX_DT_UINT64)
             return cnx_error_set(CNX_ESCHEMA, 0,
@@ -1211,6 +1308,7 @@ static int widen(cnx_plan *p)
         cnx_plan_stage *ps = &p->stages[s];
         cnx_box bounds = scale_bounds(&ps->in_scale);
         cnx_box roi = map_box(&p->roi, first, &ps->in_scale), base, all;
+        cnx_scale unit = snap_unit(ps);
         char why[640] = "", a[128], b[128], note[1024];
         const char *reasons[CNX_WF_MAX_STAGES + 1];
         char halos[CNX_WF_MAX_STAGES][96];
@@ -1218,12 +1316,12 @@ static int widen(cnx_plan *p)
 
         roi = cnx_box_intersect(&roi, &bounds);
         ps->roi = roi;
-        base = snap(&roi, &ps->in_scale);
+        base = snap(&roi, &unit);
         if (!cnx_box_empty(&roi) && !cnx_box_equal(&base, &roi)) {
             snprintf(halos[0], sizeof(halos[0]),
-                     "whole chunks of %" PRId64 ",%" PRId64 ",%" PRId64,
-                     ps->in_scale.chunk[0], ps->in_scale.chunk[1],
-                     ps->in_scale.chunk[2]);
+                     "whole %s of %" PRId64 ",%" PRId64 ",%" PRId64,
+                     ps->out_scale.sharded ? "shards" : "chunks", unit.chunk[0],
+                     unit.chunk[1], unit.chunk[2]);
             reasons[nr++] = halos[0];
         }
         all = base;
@@ -1245,7 +1343,7 @@ static int widen(cnx_plan *p)
             }
             all = box_union(&all, &need);
         }
-        ps->region = snap(&all, &ps->in_scale);
+        ps->region = snap(&all, &unit);
         if (cnx_box_empty(&ps->region)) {
             fmt_box(&bounds, a, sizeof(a));
             return cnx_error_set(CNX_EINVAL, 0,
@@ -1358,6 +1456,11 @@ static void set_task_size(cnx_plan *p, size_t s)
     const cnx_wf_stage *ws = &p->wf->stages[s];
     if (ws->kind == CNX_WF_REDUCE) {
         cnx_box_size(&ps->region, ps->task_size);
+        return;
+    }
+    if (ps->out_scale.sharded) { /* one task per shard */
+        cnx_scale unit = snap_unit(ps);
+        memcpy(ps->task_size, unit.chunk, sizeof(ps->task_size));
         return;
     }
     for (int i = 0; i < 3; i++) {

@@ -282,6 +282,17 @@ typedef struct cnx_sharding_target {
 int cnx_sharding_choose(const uint64_t grid[3], uint64_t chunk_bytes,
                         const cnx_sharding_target *target, cnx_sharding *out);
 
+/**
+ * The block of the chunk grid that one shard of a spec chosen by
+ * cnx_sharding_choose covers (identity hash): the low preshift_bits +
+ * minishard_bits bits of a compressed Morton id are the lowest bits of
+ * each axis's position, taken x, y, z in turn while the axis has bits.
+ * @param grid  chunks per axis
+ * @param[out] block  chunks per axis in one shard (powers of two)
+ */
+void cnx_sharding_block(const cnx_sharding *spec, const uint64_t grid[3],
+                        uint64_t block[3]);
+
 #ifdef __cplusplus
 }
 #endif
