@@ -2078,6 +2078,49 @@ static int cmp_url(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* A task of a stage writing a sharded scale writes one object: its shard,
+ * "<layer>/<key>/<shard name>" (the shard of its box's first chunk: the
+ * planner cut the box to be one shard's block). */
+static int shard_output(const cnx_plan *p, size_t t, char ***urls, size_t *n)
+{
+    const cnx_plan_task *task = &p->tasks[t];
+    const cnx_plan_stage *ps = &p->stages[task->stage];
+    cnx_grid grid = cnx_scale_grid(&ps->out_scale);
+    int64_t lo[3], hi[3], counts[3];
+    uint64_t pos[3], gridu[3], id, shard, minishard;
+    char name[CNX_SHARD_NAME_MAX];
+    char **out;
+    size_t len;
+    int rc;
+
+    cnx_grid_chunk_range(&grid, &task->write, lo, hi);
+    cnx_grid_counts(&grid, counts);
+    for (int i = 0; i < 3; i++) {
+        if (hi[i] <= lo[i])
+            return 0;
+        pos[i] = (uint64_t)lo[i];
+        gridu[i] = (uint64_t)counts[i];
+    }
+    rc = cnx_sharding_morton(pos, gridu, &id);
+    if (rc != 0)
+        return rc;
+    cnx_sharding_locate(&ps->out_scale.sharding, id, &shard, &minishard);
+    cnx_sharding_shard_name(&ps->out_scale.sharding, shard, name);
+    out = calloc(1, sizeof(*out));
+    if (out == NULL)
+        return nomem();
+    len = strlen(ps->out_layer) + strlen(ps->out_scale.key) + strlen(name) + 3;
+    out[0] = malloc(len);
+    if (out[0] == NULL) {
+        free(out);
+        return nomem();
+    }
+    snprintf(out[0], len, "%s/%s/%s", ps->out_layer, ps->out_scale.key, name);
+    *urls = out;
+    *n = 1;
+    return 0;
+}
+
 int cnx_plan_task_outputs(const cnx_plan *p, size_t t, char ***urls, size_t *n)
 {
     const cnx_workflow *wf = p->wf;
@@ -2095,6 +2138,8 @@ int cnx_plan_task_outputs(const cnx_plan *p, size_t t, char ***urls, size_t *n)
     *n = 0;
     task = &p->tasks[t];
     ps = &p->stages[task->stage];
+    if (ps->out_scale.sharded)
+        return shard_output(p, t, urls, n);
     /* What is written per chunk: the chunk itself (a stage without a
      * part), and each side-object directory a later stage reads. */
     if (wf->stages[task->stage].output_part[0] == '\0')

@@ -14,6 +14,10 @@
  *                                   file a non-empty shard (the directory
  *                                   must not exist yet); tests/py's reader
  *                                   reads them back
+ *   sharded_tool same URL_A URL_B   the first scale of both layers read
+ *                                   whole through cnx_layer_read (no
+ *                                   fill: every chunk must exist) holds
+ *                                   the same voxels; prints the count
  *   sharded_tool put DIR URL        every file of DIR (info, shards, ...)
  *                                   put into the store URL, same names
  *   sharded_tool volume DIR [URL]   the layer at URL (default file://DIR)
@@ -642,6 +646,60 @@ static int write_set(const char *dir)
     return bad;
 }
 
+/* Two layers' first scales read whole: the same geometry and voxels. */
+static int same(const char *url_a, const char *url_b)
+{
+    cnx_layer *a = NULL, *b = NULL;
+    cnx_volume *va = NULL, *vb = NULL;
+    const cnx_scale *sa, *sb;
+    cnx_box all;
+    int bad = 1;
+
+    if (cnx_layer_open(&a, url_a) != 0 || cnx_layer_open(&b, url_b) != 0) {
+        fprintf(stderr, "sharded_tool: %s\n", cnx_error_last()->message);
+        goto done;
+    }
+    sa = &cnx_layer_get_info(a)->scales[0];
+    sb = &cnx_layer_get_info(b)->scales[0];
+    if (memcmp(sa->size, sb->size, sizeof(sa->size)) != 0 ||
+        memcmp(sa->voxel_offset, sb->voxel_offset, sizeof(sa->size)) != 0 ||
+        cnx_layer_get_info(a)->dtype != cnx_layer_get_info(b)->dtype) {
+        fprintf(stderr, "sharded_tool: %s and %s differ in geometry\n", url_a,
+                url_b);
+        goto done;
+    }
+    for (int i = 0; i < 3; i++) {
+        all.min[i] = sa->voxel_offset[i];
+        all.max[i] = sa->voxel_offset[i] + sa->size[i];
+    }
+    if (cnx_layer_read(a, 0, &all, 0, NULL, NULL, NULL, &va) != 0 ||
+        cnx_layer_read(b, 0, &all, 0, NULL, NULL, NULL, &vb) != 0) {
+        fprintf(stderr, "sharded_tool: read: %s\n", cnx_error_last()->message);
+        goto done;
+    }
+    {
+        size_t n = (size_t)cnx_box_voxels(&all) *
+                   cnx_dtype_size(cnx_layer_get_info(a)->dtype) *
+                   (size_t)cnx_layer_get_info(a)->channels;
+        if (memcmp(va->data, vb->data, n) != 0) {
+            fprintf(stderr, "sharded_tool: %s and %s hold different voxels\n",
+                    url_a, url_b);
+            goto done;
+        }
+        printf("sharded_tool: %" PRId64 " voxels (%s, %s scale '%s') "
+               "equal\n",
+               cnx_box_voxels(&all), sa->sharded ? "sharded" : "unsharded",
+               sb->sharded ? "sharded" : "unsharded", sb->key);
+    }
+    bad = 0;
+done:
+    cnx_volume_free(va);
+    cnx_volume_free(vb);
+    cnx_layer_free(a);
+    cnx_layer_free(b);
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "check") == 0)
@@ -650,6 +708,8 @@ int main(int argc, char **argv)
         return corrupt(argv[2], argc == 4 ? argv[3] : NULL);
     if (argc == 3 && strcmp(argv[1], "morton") == 0)
         return morton(argv[2]);
+    if (argc == 4 && strcmp(argv[1], "same") == 0)
+        return same(argv[2], argv[3]);
     if (argc == 3 && strcmp(argv[1], "write") == 0)
         return write_set(argv[2]);
     if (argc == 4 && strcmp(argv[1], "put") == 0)
@@ -657,6 +717,6 @@ int main(int argc, char **argv)
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "volume") == 0)
         return volume(argv[2], argc == 4 ? argv[3] : NULL);
     fprintf(stderr, "usage: sharded_tool check|corrupt|volume DIR [URL] | "
-                    "morton FILE | write DIR | put DIR URL\n");
+                    "morton FILE | write DIR | same URL URL | put DIR URL\n");
     return 2;
 }

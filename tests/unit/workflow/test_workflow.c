@@ -420,10 +420,11 @@ static void test_workflow__schema_agrees(void **state)
              "%s/workflows/segmentation.json %s/workflows/montage.json "
              "%s/workflows/pipeline.json %s/workflows/synapses-gt.json "
              "%s/workflows/segmentation-em.json "
-             "%s/workflows/predictions.json",
+             "%s/workflows/predictions.json "
+             "%s/workflows/segmentation-sharded.json",
              py, source_dir(), source_dir(), dir, dir, source_dir(),
              source_dir(), source_dir(), source_dir(), source_dir(),
-             source_dir(), source_dir(), source_dir());
+             source_dir(), source_dir(), source_dir(), source_dir());
     rc = system(cmd);
     cnx_test_rmtree(dir);
     assert_int_equal(rc, 0);
@@ -2152,6 +2153,18 @@ static void test_workflow__shard_stage_has_one_task_per_shard(void **state)
         for (size_t j = 0; j < k; j++)
             assert_true(seen[j] != shard);
         seen[k] = shard;
+        { /* it must write exactly its shard */
+            char **urls, want[64];
+            size_t nurls;
+            assert_int_equal(
+                cnx_plan_task_outputs(p, ps->first + k, &urls, &nurls), 0);
+            assert_int_equal(nurls, 1);
+            snprintf(want, sizeof(want),
+                     "/a-sharded/v1/8_8_8/%02" PRIx64 ".shard", shard);
+            assert_non_null(strstr(urls[0], want));
+            free(urls[0]);
+            free(urls);
+        }
     }
     check_dependencies(p);
     check_tiling(p);
