@@ -13,7 +13,8 @@
 #     finds every chunk file of segmentation/v1 byte for byte in the
 #     shards and nothing else, chunks in their own shard and minishard;
 #  4. cnx-verify over the sharded layer and the ledger finds nothing;
-#  5. a rerun into segmentation-sharded/v2 gives bit-identical shards.
+#  5. a rerun into segmentation-sharded/v2 gives bit-identical shards;
+#  6. no sanitizer report in any log (an ASan+UBSan build).
 # Env: CNX_BIN, CNX_SUPPORT, CNX_SOURCE, CNX_PYTHON.
 source "${CNX_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}/acceptance/lib.sh"
 SUPPORT=${CNX_SUPPORT:?CNX_SUPPORT must name the directory of the test support programs}
@@ -107,4 +108,6 @@ check "the rerun is done (rc $RC: $(tail -n1 "$WORK/r2.err"))" [ "$RC" -eq 0 ]
 check "the rerun's shards are bit-identical" \
   diff -r "$SH/$KEY" "$DATA/segmentation-sharded/v2/$KEY"
 stop_workers
+check "no sanitizer report in the workers' and the controller's logs" \
+  bash -c '! grep -lE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$1"/*.log' _ "$WORK"
 finish
