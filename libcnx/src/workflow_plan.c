@@ -2230,7 +2230,17 @@ void cnx_plan_namespace(const cnx_plan *p, size_t s, char *buf, size_t n)
 
 static int same_scale(const cnx_scale *a, const cnx_scale *b)
 {
+    const cnx_sharding *x = &a->sharding, *y = &b->sharding;
     if (strcmp(a->key, b->key) != 0 || a->encoding != b->encoding)
+        return 0;
+    /* shards cut another way would have other owners and other names */
+    if (a->sharded != b->sharded ||
+        (a->sharded &&
+         (x->preshift_bits != y->preshift_bits ||
+          x->minishard_bits != y->minishard_bits ||
+          x->shard_bits != y->shard_bits || x->hash != y->hash ||
+          x->minishard_index_encoding != y->minishard_index_encoding ||
+          x->data_encoding != y->data_encoding)))
         return 0;
     for (int i = 0; i < 3; i++)
         if (a->size[i] != b->size[i] || a->resolution[i] != b->resolution[i] ||
@@ -2300,7 +2310,7 @@ static int check_output(const cnx_plan *p, size_t s, cnx_layer *layer)
     if (at >= 0 && !same_scale(&info->scales[at], &ps->out_scale))
         return cnx_error_set(CNX_EIMMUTABLE, 0,
                              "workflow %s: stage %s: output layer %s: scale "
-                             "'%s' exists with other geometry",
+                             "'%s' exists with other geometry or sharding",
                              p->wf->name, name, ps->out_layer,
                              ps->out_scale.key);
     if (at >= 0)

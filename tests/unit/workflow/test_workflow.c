@@ -2230,6 +2230,21 @@ static void test_workflow__shard_stage_output_info_is_sharded(void **state)
     cnx_layer_free(layer);
     cnx_plan_free(p);
     cnx_workflow_free(wf);
+    /* other targets into the same layer: other shards, refused */
+    {
+        char doc[2048], *at;
+        snprintf(doc, sizeof(doc), shard_doc, "map", "");
+        at = strstr(doc, "2097152");
+        assert_non_null(at);
+        memcpy(at, "1048576", 7);
+        wf = parse_ok(doc);
+    }
+    assert_int_equal(cnx_plan_new(&p, wf, data, NULL), 0);
+    assert_int_equal(cnx_plan_prepare_outputs(p), CNX_EIMMUTABLE);
+    assert_non_null(strstr(cnx_error_last()->message,
+                           "exists with other geometry or sharding"));
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
     cnx_test_rmtree(dir);
 }
 
