@@ -12,7 +12,8 @@
 #  3. the independent reader (tests/py/sharded_ref.py, from the spec)
 #     finds every chunk file of segmentation/v1 byte for byte in the
 #     shards and nothing else, chunks in their own shard and minishard;
-#  4. cnx-verify over the sharded layer and the ledger finds nothing;
+#  4. cnx-verify over the sharded layer and the ledger finds nothing; the
+#     shards are those sharded_tool reshard writes offline;
 #  5. a rerun into segmentation-sharded/v2 gives bit-identical shards;
 #  6. no sanitizer report in any log (an ASan+UBSan build).
 # Env: CNX_BIN, CNX_SUPPORT, CNX_SOURCE, CNX_PYTHON.
@@ -102,6 +103,10 @@ set +e
 vrc=$?
 set -e
 check "cnx-verify finds nothing (exit $vrc: $(tail -n1 "$WORK/verify.out"))" [ "$vrc" -eq 0 ]
+
+"$SUPPORT/sharded_tool" reshard "$DATA/segmentation/v1" "$WORK/resharded" 2097152
+check "the same shards as sharded_tool reshard (the rule and encoder offline)" \
+  diff -r "$SH/$KEY" "$WORK/resharded/$KEY"
 
 reprocess seg-sharded-again r2
 check "the rerun is done (rc $RC: $(tail -n1 "$WORK/r2.err"))" [ "$RC" -eq 0 ]

@@ -18,6 +18,14 @@
  *                                   whole through cnx_layer_read (no
  *                                   fill: every chunk must exist) holds
  *                                   the same voxels; prints the count
+ *   sharded_tool reshard SRC DST BYTES [gzip]
+ *                                   the unsharded layer SRC (a directory,
+ *                                   its first scale) as a sharded layer
+ *                                   DST: the spec cnx_sharding_choose picks
+ *                                   for shards of BYTES (data gzip when
+ *                                   asked), the chunk files as stored,
+ *                                   what the shard stage does in a
+ *                                   workflow; for third-party readers
  *   sharded_tool put DIR URL        every file of DIR (info, shards, ...)
  *                                   put into the store URL, same names
  *   sharded_tool volume DIR [URL]   the layer at URL (default file://DIR)
@@ -700,6 +708,128 @@ done:
     return bad;
 }
 
+/* SRC's first scale re-stored as a sharded layer DST, chunk files as
+ * stored (the shard stage's work, offline). */
+static int reshard(const char *src, const char *dst, const char *bytes_arg,
+                   int gzip)
+{
+    char path[4096], file[8192];
+    cnx_layer_info info;
+    cnx_scale *sc;
+    cnx_sharding_target target = {0, 0};
+    cnx_grid grid;
+    int64_t counts[3], g[3];
+    uint64_t grid_u[3], nshards;
+    cnx_layer *out = NULL;
+    char durl[4200];
+    size_t len;
+    char *text;
+    int bad = 0, files = 0;
+
+    snprintf(path, sizeof(path), "%s/info", src);
+    text = slurp(path, &len);
+    if (text == NULL || cnx_info_parse(&info, text, len) != 0) {
+        free(text);
+        return fprintf(stderr, "sharded_tool: %s: bad info\n", path), 1;
+    }
+    free(text);
+    info.nscales = 1;
+    sc = &info.scales[0];
+    grid = cnx_info_grid(&info, 0);
+    cnx_grid_counts(&grid, counts);
+    for (int i = 0; i < 3; i++)
+        grid_u[i] = (uint64_t)counts[i];
+    target.shard_bytes = strtoull(bytes_arg, NULL, 10);
+    if (sc->sharded ||
+        cnx_sharding_choose(grid_u,
+                            (uint64_t)(sc->chunk[0] * sc->chunk[1] *
+                                       sc->chunk[2] * info.channels) *
+                                cnx_dtype_size(info.dtype),
+                            &target, &sc->sharding) != 0)
+        return fprintf(stderr, "sharded_tool: %s: cannot shard\n", src), 1;
+    sc->sharded = 1;
+    if (gzip)
+        sc->sharding.data_encoding = CNX_SHARD_ENC_GZIP;
+    snprintf(durl, sizeof(durl), "file://%s", dst);
+    if (cnx_layer_create(&out, durl, &info) != 0)
+        return fprintf(stderr, "sharded_tool: %s: %s\n", durl,
+                       cnx_error_last()->message),
+               1;
+    cnx_layer_free(out);
+    snprintf(path, sizeof(path), "%s/%s", dst, sc->key);
+    mkdir(path, 0777);
+    nshards = sc->sharding.shard_bits >= 20
+                  ? 0
+                  : (uint64_t)1 << sc->sharding.shard_bits;
+    /* shard by shard: every chunk of the grid, kept if in this shard */
+    for (uint64_t shard = 0; shard < nshards && !bad; shard++) {
+        cnx_shard_chunk *mine = NULL;
+        char **keep = NULL;
+        size_t k = 0, cap = 0, olen;
+        uint8_t *obytes;
+        char name[CNX_SHARD_NAME_MAX];
+        for (g[2] = 0; g[2] < counts[2] && !bad; g[2]++)
+            for (g[1] = 0; g[1] < counts[1] && !bad; g[1]++)
+                for (g[0] = 0; g[0] < counts[0] && !bad; g[0]++) {
+                    uint64_t pos[3] = {(uint64_t)g[0], (uint64_t)g[1],
+                                       (uint64_t)g[2]};
+                    uint64_t id, sh, m;
+                    cnx_box box = cnx_grid_chunk_box(&grid, g);
+                    char cname[256];
+                    size_t clen = 0;
+                    cnx_sharding_morton(pos, grid_u, &id);
+                    cnx_sharding_locate(&sc->sharding, id, &sh, &m);
+                    if (sh != shard)
+                        continue;
+                    cnx_layer_chunk_name(&info, 0, &box, cname, sizeof(cname));
+                    snprintf(file, sizeof(file), "%s/%s", src, cname);
+                    if (k == cap) {
+                        cap = cap ? 2 * cap : 64;
+                        mine = realloc(mine, cap * sizeof(*mine));
+                        keep = realloc(keep, cap * sizeof(*keep));
+                        if (mine == NULL || keep == NULL)
+                            return fprintf(stderr, "out of memory\n"), 1;
+                    }
+                    keep[k] = slurp(file, &clen);
+                    if (keep[k] == NULL)
+                        continue; /* a chunk never written stays absent */
+                    mine[k] = (cnx_shard_chunk){id, (uint8_t *)keep[k], clen};
+                    k++;
+                }
+        if (k > 0) {
+            FILE *f;
+            if (cnx_shard_encode(&sc->sharding, shard, mine, k, &obytes,
+                                 &olen) != 0) {
+                fprintf(stderr, "sharded_tool: %s\n",
+                        cnx_error_last()->message);
+                bad = 1;
+            } else {
+                cnx_sharding_shard_name(&sc->sharding, shard, name);
+                snprintf(file, sizeof(file), "%s/%s/%s", dst, sc->key, name);
+                f = fopen(file, "wb");
+                if (f == NULL || fwrite(obytes, 1, olen, f) != olen)
+                    bad = 1;
+                if (f != NULL && fclose(f) != 0)
+                    bad = 1;
+                free(obytes);
+                files++;
+            }
+        }
+        for (size_t i = 0; i < k; i++)
+            free(keep[i]);
+        free(keep);
+        free(mine);
+    }
+    if (nshards == 0)
+        bad = fprintf(stderr, "sharded_tool: too many shards\n") > 0;
+    if (!bad)
+        printf("sharded_tool: %s -> %s: %d shards (preshift %d, minishard "
+               "%d, shard %d bits)\n",
+               src, dst, files, sc->sharding.preshift_bits,
+               sc->sharding.minishard_bits, sc->sharding.shard_bits);
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "check") == 0)
@@ -708,6 +838,9 @@ int main(int argc, char **argv)
         return corrupt(argv[2], argc == 4 ? argv[3] : NULL);
     if (argc == 3 && strcmp(argv[1], "morton") == 0)
         return morton(argv[2]);
+    if ((argc == 5 || argc == 6) && strcmp(argv[1], "reshard") == 0)
+        return reshard(argv[2], argv[3], argv[4],
+                       argc == 6 && strcmp(argv[5], "gzip") == 0);
     if (argc == 4 && strcmp(argv[1], "same") == 0)
         return same(argv[2], argv[3]);
     if (argc == 3 && strcmp(argv[1], "write") == 0)
@@ -717,6 +850,7 @@ int main(int argc, char **argv)
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "volume") == 0)
         return volume(argv[2], argc == 4 ? argv[3] : NULL);
     fprintf(stderr, "usage: sharded_tool check|corrupt|volume DIR [URL] | "
-                    "morton FILE | write DIR | same URL URL | put DIR URL\n");
+                    "morton FILE | write DIR | same URL URL | reshard SRC DST "
+                    "BYTES [gzip] | put DIR URL\n");
     return 2;
 }
