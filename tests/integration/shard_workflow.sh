@@ -5,6 +5,8 @@
 # shard stage's target set to 2 MiB (8 chunks of 32^3 uint64 a shard: 4
 # shards), through the real stack (broker, controller, one worker per
 # stage). Checked:
+#  0. the shipped workflow is segmentation.json's stages and the shard
+#     stage (the two files cannot drift apart);
 #  1. the request is done (exit 0) with 4 shard tasks, one a shard; the
 #     sharded layer holds exactly the 4 shard files (and its info);
 #  2. the sharded layer read through cnx_layer_read (sharded_tool same)
@@ -26,9 +28,13 @@ done
 
 "$BIN/cnx-synth" --out "$DATA" --shape 128,128,64 --chunk 32,32,32 --seed 5 --quiet >/dev/null
 mkdir -p "$WORK/wf"
-"$PY" - "$SRC/workflows/segmentation-sharded.json" "$WORK/wf" <<'PY'
+"$PY" - "$SRC/workflows/segmentation-sharded.json" "$WORK/wf" \
+  "$SRC/workflows/segmentation.json" >"$WORK/drift.txt" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
+plain = json.load(open(sys.argv[3]))["stages"]
+if [s for s in d["stages"] if s["worker"] != "shard"] != plain:
+    print("segmentation-sharded.json's stages differ from segmentation.json's")
 shard = [s for s in d["stages"] if s["worker"] == "shard"][0]
 shard["parameters"] = {"shard_bytes": 2097152}
 json.dump(d, open(sys.argv[2] + "/seg-sharded.json", "w"))
@@ -36,6 +42,9 @@ shard["output"]["layer"] = "segmentation-sharded/v2"
 d["name"] = "seg-sharded-again"
 json.dump(d, open(sys.argv[2] + "/seg-sharded-again.json", "w"))
 PY
+
+check "workflows/segmentation-sharded.json is segmentation.json and a shard stage" \
+  [ ! -s "$WORK/drift.txt" ]
 
 start_broker 2
 start_controller
