@@ -598,3 +598,296 @@ int cnx_sharded_read_chunk(const cnx_sharding *spec, uint64_t chunk_id,
     free(entries);
     return rc;
 }
+
+/* --- encoding one shard ------------------------------------------------- */
+
+/* A growable output buffer. */
+typedef struct out_buf {
+    uint8_t *p;
+    size_t len;
+    size_t cap;
+} out_buf;
+
+static int out_reserve(out_buf *b, size_t more)
+{
+    size_t want;
+    uint8_t *grown;
+    if (more > SIZE_MAX - b->len)
+        return cnx_error_set(CNX_ETOOBIG, 0, "shard encode: shard too big");
+    if (b->len + more <= b->cap)
+        return 0;
+    want = b->cap < 4096 ? 4096 : b->cap;
+    while (want < b->len + more)
+        want = want > SIZE_MAX / 2 ? b->len + more : want * 2;
+    grown = realloc(b->p, want);
+    if (grown == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "shard encode: out of memory");
+    b->p = grown;
+    b->cap = want;
+    return 0;
+}
+
+static void store_u64le(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Append data to b as stored under enc: as is, or one gzip member with a
+ * fixed header (mtime 0, no name, OS 255) at a fixed level. */
+static int out_append(out_buf *b, cnx_shard_encoding enc, const uint8_t *data,
+                      size_t len)
+{
+    z_stream zs;
+    gz_header head;
+    uLong bound;
+    int rc, zrc;
+
+    if (enc == CNX_SHARD_ENC_RAW) {
+        rc = out_reserve(b, len);
+        if (rc != 0)
+            return rc;
+        if (len > 0)
+            memcpy(b->p + b->len, data, len);
+        b->len += len;
+        return 0;
+    }
+    assert(enc == CNX_SHARD_ENC_GZIP);
+    memset(&zs, 0, sizeof(zs));
+    memset(&head, 0, sizeof(head));
+    head.os = 255; /* "unknown": the same bytes on every platform */
+    if (deflateInit2(&zs, CNX_SHARD_GZIP_LEVEL, Z_DEFLATED, 16 + MAX_WBITS, 8,
+                     Z_DEFAULT_STRATEGY) != Z_OK)
+        return cnx_error_set(CNX_ENOMEM, 0, "gzip: deflateInit2");
+    if (deflateSetHeader(&zs, &head) != Z_OK) {
+        deflateEnd(&zs);
+        return cnx_error_set(CNX_ENOMEM, 0, "gzip: deflateSetHeader");
+    }
+    /* Chunks are at most CNX_SHARD_MAX_CHUNK (1 GiB): one call suffices. */
+    assert(len <= UINT32_MAX);
+    bound = deflateBound(&zs, (uLong)len);
+    rc = out_reserve(b, (size_t)bound);
+    if (rc != 0) {
+        deflateEnd(&zs);
+        return rc;
+    }
+    zs.next_in = (Bytef *)(uintptr_t)data;
+    zs.avail_in = (uInt)len;
+    zs.next_out = b->p + b->len;
+    zs.avail_out = (uInt)bound;
+    zrc = deflate(&zs, Z_FINISH);
+    if (zrc != Z_STREAM_END) {
+        deflateEnd(&zs);
+        return cnx_error_set(CNX_EIO, 0, "gzip: deflate failed (%d)", zrc);
+    }
+    b->len += (size_t)zs.total_out;
+    deflateEnd(&zs);
+    return 0;
+}
+
+/* A chunk's place in its shard: sorted by minishard, then id. */
+typedef struct placed {
+    uint64_t minishard;
+    uint64_t chunk_id;
+    size_t index; /* into the caller's array */
+} placed;
+
+static int placed_cmp(const void *a, const void *b)
+{
+    const placed *x = a, *y = b;
+    if (x->minishard != y->minishard)
+        return x->minishard < y->minishard ? -1 : 1;
+    if (x->chunk_id != y->chunk_id)
+        return x->chunk_id < y->chunk_id ? -1 : 1;
+    return 0;
+}
+
+int cnx_shard_encode(const cnx_sharding *spec, uint64_t shard,
+                     const cnx_shard_chunk *chunks, size_t n, uint8_t **out,
+                     size_t *len)
+{
+    uint64_t index_size = cnx_sharding_index_size(spec);
+    placed *order = NULL;
+    uint8_t *mindex = NULL;
+    out_buf b = {NULL, 0, 0};
+    int rc = 0;
+
+    assert(cnx_sharding_check(spec) == 0);
+    *out = NULL;
+    *len = 0;
+    if (index_size > CNX_SHARD_MAX_MINISHARD_INDEX)
+        return cnx_error_set(CNX_ETOOBIG, 0,
+                             "shard encode: a shard index of %" PRIu64
+                             " bytes is over the limit (minishard_bits %d)",
+                             index_size, spec->minishard_bits);
+    if (n > 0) {
+        order = malloc(n * sizeof(*order));
+        if (order == NULL)
+            return cnx_error_set(CNX_ENOMEM, 0, "shard encode: out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t s, m;
+        cnx_sharding_locate(spec, chunks[i].chunk_id, &s, &m);
+        if (s != shard) {
+            rc = cnx_error_set(CNX_EINVAL, 0,
+                               "shard encode: chunk %" PRIu64
+                               " belongs to shard %" PRIu64 ", not %" PRIu64,
+                               chunks[i].chunk_id, s, shard);
+            goto done;
+        }
+        if ((uint64_t)chunks[i].len > CNX_SHARD_MAX_CHUNK) {
+            rc = cnx_error_set(CNX_ETOOBIG, 0,
+                               "shard encode: chunk %" PRIu64
+                               " of %zu bytes is over the limit",
+                               chunks[i].chunk_id, chunks[i].len);
+            goto done;
+        }
+        order[i] = (placed){m, chunks[i].chunk_id, i};
+    }
+    if (n > 1)
+        qsort(order, n, sizeof(*order), placed_cmp);
+    for (size_t i = 1; i < n; i++)
+        if (order[i].chunk_id == order[i - 1].chunk_id) {
+            rc = cnx_error_set(CNX_EINVAL, 0,
+                               "shard encode: chunk %" PRIu64 " given twice",
+                               order[i].chunk_id);
+            goto done;
+        }
+    rc = out_reserve(&b, (size_t)index_size);
+    if (rc != 0)
+        goto done;
+    memset(b.p, 0, (size_t)index_size); /* empty minishards: [0, 0) */
+    b.len = (size_t)index_size;
+    for (size_t first = 0; first < n;) {
+        uint64_t m = order[first].minishard;
+        size_t last = first, k;
+        uint64_t prev_end = 0, start;
+        while (last < n && order[last].minishard == m)
+            last++;
+        k = last - first;
+        if ((uint64_t)k > CNX_SHARD_MAX_MINISHARD_INDEX / 24) {
+            rc = cnx_error_set(CNX_ETOOBIG, 0,
+                               "shard encode: minishard %" PRIu64
+                               " of %zu chunks is over the limit",
+                               m, k);
+            goto done;
+        }
+        mindex = malloc(24 * k);
+        if (mindex == NULL) {
+            rc = cnx_error_set(CNX_ENOMEM, 0, "shard encode: out of memory");
+            goto done;
+        }
+        /* Columns: id deltas, offsets from the previous chunk's end (the
+         * first from the end of the shard index), sizes as stored. */
+        for (size_t j = 0; j < k; j++) {
+            const cnx_shard_chunk *c = &chunks[order[first + j].index];
+            uint64_t at = (uint64_t)b.len - index_size;
+            rc = out_append(&b, spec->data_encoding, c->data, c->len);
+            if (rc != 0)
+                goto done;
+            store_u64le(mindex + 8 * j,
+                        j == 0 ? c->chunk_id
+                               : c->chunk_id - order[first + j - 1].chunk_id);
+            store_u64le(mindex + 8 * (k + j), at - prev_end);
+            store_u64le(mindex + 8 * (2 * k + j),
+                        (uint64_t)b.len - index_size - at);
+            prev_end = (uint64_t)b.len - index_size;
+        }
+        start = (uint64_t)b.len - index_size;
+        rc = out_append(&b, spec->minishard_index_encoding, mindex, 24 * k);
+        if (rc != 0)
+            goto done;
+        free(mindex);
+        mindex = NULL;
+        store_u64le(b.p + 16 * m, start);
+        store_u64le(b.p + 16 * m + 8, (uint64_t)b.len - index_size);
+        first = last;
+    }
+    *out = b.p;
+    *len = b.len;
+    b.p = NULL;
+done:
+    free(b.p);
+    free(mindex);
+    free(order);
+    return rc;
+}
+
+/* --- choosing a spec ---------------------------------------------------- */
+
+static int ceil_log2(uint64_t v)
+{
+    int bits = 0;
+    while (bits < 64 && ((uint64_t)1 << bits) < v)
+        bits++;
+    return bits;
+}
+
+static int floor_log2(uint64_t v)
+{
+    int bits = 0;
+    assert(v > 0);
+    while (v >>= 1)
+        bits++;
+    return bits;
+}
+
+int cnx_sharding_choose(const uint64_t grid[3], uint64_t chunk_bytes,
+                        const cnx_sharding_target *target, cnx_sharding *out)
+{
+    uint64_t shard_bytes = CNX_SHARD_TARGET_BYTES;
+    uint64_t mini = CNX_SHARD_TARGET_MINISHARD;
+    int total = 0, c, p;
+
+    if (target != NULL && target->shard_bytes > 0)
+        shard_bytes = target->shard_bytes;
+    if (target != NULL && target->minishard_chunks > 0)
+        mini = target->minishard_chunks;
+    if (chunk_bytes == 0)
+        return cnx_error_set(CNX_EINVAL, 0, "sharding: chunk size 0 bytes");
+    for (int d = 0; d < 3; d++) {
+        if (grid[d] == 0)
+            return cnx_error_set(CNX_EINVAL, 0,
+                                 "sharding: grid axis %d has no chunks", d);
+        total += ceil_log2(grid[d]);
+    }
+    if (total > 64)
+        return cnx_error_set(CNX_ERANGE, 0,
+                             "sharding: a grid of %" PRIu64 " x %" PRIu64
+                             " x %" PRIu64 " chunks needs %d bits of chunk "
+                             "id (64 at most)",
+                             grid[0], grid[1], grid[2], total);
+    c = floor_log2(shard_bytes / chunk_bytes > 0 ? shard_bytes / chunk_bytes
+                                                 : 1);
+    if (c > total)
+        c = total;
+    p = floor_log2(mini);
+    if (p > c)
+        p = c;
+    /* The shard index must stay readable (16 << minishard_bits). */
+    if (c - p > 22)
+        p = c - 22;
+    out->preshift_bits = p;
+    out->minishard_bits = c - p;
+    out->shard_bits = total - c;
+    out->hash = CNX_SHARD_HASH_IDENTITY;
+    out->minishard_index_encoding = CNX_SHARD_ENC_GZIP;
+    out->data_encoding = CNX_SHARD_ENC_RAW;
+    return 0;
+}
+
+void cnx_sharding_block(const cnx_sharding *spec, const uint64_t grid[3],
+                        uint64_t block[3])
+{
+    int bits[3], left = spec->preshift_bits + spec->minishard_bits;
+    for (int d = 0; d < 3; d++) {
+        bits[d] = ceil_log2(grid[d]);
+        block[d] = 1;
+    }
+    for (int i = 0; i < 64 && left > 0; i++)
+        for (int d = 0; d < 3 && left > 0; d++)
+            if (i < bits[d]) {
+                block[d] <<= 1;
+                left--;
+            }
+}

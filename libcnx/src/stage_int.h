@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "cnx/geom.h"
+#include "cnx/sharded.h"
 #include "cnx/task.h"
 
 /*
@@ -23,5 +24,13 @@
  */
 int cnx__stage_chunks(const cnx_task *task, const cnx_grid *grid,
                       const char *stage, cnx_box **chunks, size_t *n);
+
+/*
+ * The shard stage's parameters ({} or {"shard_bytes": N,
+ * "minishard_chunks": M}) as the targets of cnx_sharding_choose: one
+ * parser for the stage and the planner (shard_stage.c). NULL text: {}.
+ * @return 0; CNX_ESCHEMA naming the key.
+ */
+int cnx__shard_params(const char *text, cnx_sharding_target *target);
 
 #endif

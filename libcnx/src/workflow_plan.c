@@ -38,6 +38,7 @@
 #include "cnx/tileset.h"
 #include "cnx/url.h"
 #include "json_int.h"
+#include "stage_int.h"
 
 /* The cells of one stage along one axis: intervals ascending, disjoint
  * for roi and write, overlapping by the halo for read. */
@@ -594,11 +595,101 @@ static int check_align_render(const cnx_plan *p, size_t s)
     return rc;
 }
 
+/* ---- the shard stage ---------------------------------------------------- */
+
+/* shard: the input scale as it is (chunk bytes are copied, so even the
+ * compressed_segmentation block stays); the sharding is added by
+ * plan_sharding once the data type is known. */
+static int rule_shard(const cnx_scale *in, cnx_scale *out, int64_t factor[3],
+                      const char *stage)
+{
+    (void)stage;
+    *out = *in;
+    for (int i = 0; i < 3; i++)
+        factor[i] = 1;
+    return 0;
+}
+
+/* The output scale's sharding: cnx_sharding_choose over the input grid
+ * with the stage's targets (its parameters). */
+static int plan_sharding(cnx_plan *p, size_t s)
+{
+    cnx_plan_stage *ps = &p->stages[s];
+    cnx_sharding_target target;
+    uint64_t grid[3], chunk_bytes;
+    int64_t counts[3];
+    cnx_grid g = {{0}, {0}, {0}};
+    int rc;
+
+    if (ps->in_scale.sharded)
+        return refuse(p, s,
+                      "input %s: scale '%s' is sharded already; the shard "
+                      "worker reads an unsharded scale",
+                      ps->inputs[0].role, ps->in_scale.key);
+    rc = cnx__shard_params(p->wf->stages[s].parameters, &target);
+    if (rc != 0)
+        return refuse(p, s, "%s", cnx_error_last()->message);
+    for (int i = 0; i < 3; i++) {
+        g.offset[i] = ps->in_scale.voxel_offset[i];
+        g.size[i] = ps->in_scale.size[i];
+        g.chunk[i] = ps->in_scale.chunk[i];
+    }
+    cnx_grid_counts(&g, counts);
+    chunk_bytes =
+        (uint64_t)cnx_dtype_size(ps->out_dtype) * (uint64_t)ps->out_channels;
+    for (int i = 0; i < 3; i++) {
+        grid[i] = (uint64_t)(counts[i] > 0 ? counts[i] : 1);
+        chunk_bytes *= (uint64_t)ps->in_scale.chunk[i];
+    }
+    rc = cnx_sharding_choose(grid, chunk_bytes, &target,
+                             &ps->out_scale.sharding);
+    if (rc != 0)
+        return refuse(p, s, "%s", cnx_error_last()->message);
+    ps->out_scale.sharded = 1;
+    return 0;
+}
+
+/* The unit a stage's region is snapped to: its input chunks, or for a
+ * stage writing a sharded scale its shards' blocks of chunks (a task is
+ * one whole shard: its one writer). */
+static cnx_scale snap_unit(const cnx_plan_stage *ps)
+{
+    cnx_scale unit = ps->in_scale;
+    if (ps->out_scale.sharded) {
+        uint64_t grid[3], block[3];
+        for (int i = 0; i < 3; i++) {
+            int64_t c = ps->in_scale.chunk[i];
+            grid[i] =
+                (uint64_t)cnx_imax(1, cnx_ceildiv(ps->in_scale.size[i], c));
+        }
+        cnx_sharding_block(&ps->out_scale.sharding, grid, block);
+        for (int i = 0; i < 3; i++)
+            unit.chunk[i] = ps->in_scale.chunk[i] * (int64_t)block[i];
+    }
+    return unit;
+}
+
+static int check_shard(const cnx_plan *p, size_t s)
+{
+    int rc = need_role(p, s, "source", 0, 0, 0);
+    if (rc == 0)
+        rc = need_ninputs(p, s, 1, "the role \"source\"");
+    if (rc == 0 && p->wf->stages[s].kind != CNX_WF_MAP)
+        rc = refuse(p, s,
+                    "the shard worker writes one shard per task; make it "
+                    "a map stage (the planner cuts one task per shard)");
+    if (rc == 0 && p->stages[s].halo != 0)
+        rc = refuse(p, s,
+                    "halo %" PRId64 ": the shard worker reads no "
+                    "halo; set \"halo\" to 0 or leave it out",
+                    p->stages[s].halo);
+    return rc;
+}
+
 static const worker_rule worker_rules[] = {
     {"downsample", rule_downsample, 1, NULL, NULL, NULL},
     {"montage", rule_montage, 0, halo_zero, check_montage, NULL},
-    {"segment", rule_same, 0, halo_segment, check_segment,
-     CNX_STAGE_FACES_DIR},
+    {"segment", rule_same, 0, halo_segment, check_segment, CNX_STAGE_FACES_DIR},
     {"segment-join", rule_same, 0, halo_zero, check_join,
      CNX_STAGE_MAPPING_DIR},
     {"segment-relabel", rule_same, 0, halo_zero, check_relabel, NULL},
@@ -610,8 +701,8 @@ static const worker_rule worker_rules[] = {
      CNX_STAGE_ALIGN_MATCHES_DIR},
     {"align-solve", rule_same, 0, halo_zero, check_align_solve,
      CNX_STAGE_ALIGN_TRANSFORMS_DIR},
-    {"align-render", rule_align_render, 0, halo_zero, check_align_render,
-     NULL},
+    {"align-render", rule_align_render, 0, halo_zero, check_align_render, NULL},
+    {"shard", rule_shard, 1, halo_zero, check_shard, NULL},
 };
 
 static const worker_rule default_rule = {NULL, rule_same, 0, NULL, NULL, NULL};
@@ -1061,6 +1152,11 @@ static int derive_geometry(cnx_plan *p, const cnx_plan_external *ext)
         rc = rule->out_scale(&in, &ps->out_scale, ps->factor, st->name);
         if (rc != 0)
             return cnx_error_wrap("workflow %s", wf->name);
+        if (rule->out_scale == rule_shard) { /* the one sharded output */
+            rc = plan_sharding(p, s);
+            if (rc != 0)
+                return rc;
+        }
         if (ps->out_scale.encoding == CNX_ENC_CSEG &&
             ps->out_dtype != CNX_DT_UINT32 && ps->out_dtype != CNX_DT_UINT64)
             return cnx_error_set(CNX_ESCHEMA, 0,
@@ -1219,6 +1315,7 @@ static int widen(cnx_plan *p)
         cnx_plan_stage *ps = &p->stages[s];
         cnx_box bounds = scale_bounds(&ps->in_scale);
         cnx_box roi = map_box(&p->roi, first, &ps->in_scale), base, all;
+        cnx_scale unit = snap_unit(ps);
         char why[640] = "", a[128], b[128], note[1024];
         const char *reasons[CNX_WF_MAX_STAGES + 1];
         char halos[CNX_WF_MAX_STAGES][96];
@@ -1226,12 +1323,12 @@ static int widen(cnx_plan *p)
 
         roi = cnx_box_intersect(&roi, &bounds);
         ps->roi = roi;
-        base = snap(&roi, &ps->in_scale);
+        base = snap(&roi, &unit);
         if (!cnx_box_empty(&roi) && !cnx_box_equal(&base, &roi)) {
             snprintf(halos[0], sizeof(halos[0]),
-                     "whole chunks of %" PRId64 ",%" PRId64 ",%" PRId64,
-                     ps->in_scale.chunk[0], ps->in_scale.chunk[1],
-                     ps->in_scale.chunk[2]);
+                     "whole %s of %" PRId64 ",%" PRId64 ",%" PRId64,
+                     ps->out_scale.sharded ? "shards" : "chunks", unit.chunk[0],
+                     unit.chunk[1], unit.chunk[2]);
             reasons[nr++] = halos[0];
         }
         all = base;
@@ -1253,7 +1350,7 @@ static int widen(cnx_plan *p)
             }
             all = box_union(&all, &need);
         }
-        ps->region = snap(&all, &ps->in_scale);
+        ps->region = snap(&all, &unit);
         if (cnx_box_empty(&ps->region)) {
             fmt_box(&bounds, a, sizeof(a));
             return cnx_error_set(CNX_EINVAL, 0,
@@ -1366,6 +1463,11 @@ static void set_task_size(cnx_plan *p, size_t s)
     const cnx_wf_stage *ws = &p->wf->stages[s];
     if (ws->kind == CNX_WF_REDUCE) {
         cnx_box_size(&ps->region, ps->task_size);
+        return;
+    }
+    if (ps->out_scale.sharded) { /* one task per shard */
+        cnx_scale unit = snap_unit(ps);
+        memcpy(ps->task_size, unit.chunk, sizeof(ps->task_size));
         return;
     }
     for (int i = 0; i < 3; i++) {
@@ -1983,6 +2085,49 @@ static int cmp_url(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* A task of a stage writing a sharded scale writes one object: its shard,
+ * "<layer>/<key>/<shard name>" (the shard of its box's first chunk: the
+ * planner cut the box to be one shard's block). */
+static int shard_output(const cnx_plan *p, size_t t, char ***urls, size_t *n)
+{
+    const cnx_plan_task *task = &p->tasks[t];
+    const cnx_plan_stage *ps = &p->stages[task->stage];
+    cnx_grid grid = cnx_scale_grid(&ps->out_scale);
+    int64_t lo[3], hi[3], counts[3];
+    uint64_t pos[3], gridu[3], id, shard, minishard;
+    char name[CNX_SHARD_NAME_MAX];
+    char **out;
+    size_t len;
+    int rc;
+
+    cnx_grid_chunk_range(&grid, &task->write, lo, hi);
+    cnx_grid_counts(&grid, counts);
+    for (int i = 0; i < 3; i++) {
+        if (hi[i] <= lo[i])
+            return 0;
+        pos[i] = (uint64_t)lo[i];
+        gridu[i] = (uint64_t)counts[i];
+    }
+    rc = cnx_sharding_morton(pos, gridu, &id);
+    if (rc != 0)
+        return rc;
+    cnx_sharding_locate(&ps->out_scale.sharding, id, &shard, &minishard);
+    cnx_sharding_shard_name(&ps->out_scale.sharding, shard, name);
+    out = calloc(1, sizeof(*out));
+    if (out == NULL)
+        return nomem();
+    len = strlen(ps->out_layer) + strlen(ps->out_scale.key) + strlen(name) + 3;
+    out[0] = malloc(len);
+    if (out[0] == NULL) {
+        free(out);
+        return nomem();
+    }
+    snprintf(out[0], len, "%s/%s/%s", ps->out_layer, ps->out_scale.key, name);
+    *urls = out;
+    *n = 1;
+    return 0;
+}
+
 int cnx_plan_task_outputs(const cnx_plan *p, size_t t, char ***urls, size_t *n)
 {
     const cnx_workflow *wf = p->wf;
@@ -2000,6 +2145,8 @@ int cnx_plan_task_outputs(const cnx_plan *p, size_t t, char ***urls, size_t *n)
     *n = 0;
     task = &p->tasks[t];
     ps = &p->stages[task->stage];
+    if (ps->out_scale.sharded)
+        return shard_output(p, t, urls, n);
     /* What is written per chunk: the chunk itself (a stage without a
      * part), and each side-object directory a later stage reads. */
     if (wf->stages[task->stage].output_part[0] == '\0')
@@ -2090,7 +2237,17 @@ void cnx_plan_namespace(const cnx_plan *p, size_t s, char *buf, size_t n)
 
 static int same_scale(const cnx_scale *a, const cnx_scale *b)
 {
+    const cnx_sharding *x = &a->sharding, *y = &b->sharding;
     if (strcmp(a->key, b->key) != 0 || a->encoding != b->encoding)
+        return 0;
+    /* shards cut another way would have other owners and other names */
+    if (a->sharded != b->sharded ||
+        (a->sharded &&
+         (x->preshift_bits != y->preshift_bits ||
+          x->minishard_bits != y->minishard_bits ||
+          x->shard_bits != y->shard_bits || x->hash != y->hash ||
+          x->minishard_index_encoding != y->minishard_index_encoding ||
+          x->data_encoding != y->data_encoding)))
         return 0;
     for (int i = 0; i < 3; i++)
         if (a->size[i] != b->size[i] || a->resolution[i] != b->resolution[i] ||
@@ -2160,7 +2317,7 @@ static int check_output(const cnx_plan *p, size_t s, cnx_layer *layer)
     if (at >= 0 && !same_scale(&info->scales[at], &ps->out_scale))
         return cnx_error_set(CNX_EIMMUTABLE, 0,
                              "workflow %s: stage %s: output layer %s: scale "
-                             "'%s' exists with other geometry",
+                             "'%s' exists with other geometry or sharding",
                              p->wf->name, name, ps->out_layer,
                              ps->out_scale.key);
     if (at >= 0)

@@ -1,13 +1,21 @@
 #!/usr/bin/env python3
-"""sharded_ref.py - an independent writer of the Neuroglancer precomputed
-sharded format (neuroglancer_uint64_sharded_v1), written from the
-specification (neuroglancer src/datasource/precomputed/sharded.md and
-volume.md#compressed-morton-code), for checking cnx's reader.
+"""sharded_ref.py - an independent writer and reader of the Neuroglancer
+precomputed sharded format (neuroglancer_uint64_sharded_v1), written from
+the specification (neuroglancer src/datasource/precomputed/sharded.md and
+volume.md#compressed-morton-code), for checking cnx's reader and encoder.
 
   sharded_ref.py selftest         murmurhash3_x86_128 against SMHasher's
                                   verification value (and mmh3 if installed)
   sharded_ref.py write DIR [SEED] sharded sets, corrupt shards and Morton
                                   codes for sharded_tool to read back
+  sharded_ref.py read DIR         read back shards cnx wrote: every chunk
+                                  of DIR/chunks.txt equal to expect/<id>,
+                                  every id of missing.txt absent, and a
+                                  walk of every shard file: nothing else
+                                  stored, no empty shard file, chunks in
+                                  their own shard and minishard, ids
+                                  increasing, no two chunks overlapping,
+                                  gzip members with mtime 0
 
 Layout of DIR:
   sets/<name>/info                an info whose scale "s" has the sharding
@@ -35,6 +43,7 @@ import os
 import random
 import struct
 import sys
+import zlib
 
 MASK32 = 0xFFFFFFFF
 MASK64 = 0xFFFFFFFFFFFFFFFF
@@ -448,9 +457,142 @@ def write_volumes(out, rng):
                      offset, channels, whole, leave, rng)
 
 
+class ShardError(Exception):
+    pass
+
+
+def decode(kind, data, what):
+    if kind != "gzip":
+        return data
+    if data[:2] != b"\x1f\x8b":
+        raise ShardError("%s: not gzip" % what)
+    if struct.unpack_from("<I", data, 4)[0] != 0:
+        raise ShardError("%s: gzip mtime not 0 (not reproducible)" % what)
+    return gzip.decompress(data)
+
+
+def read_minishard(spec, path, blob, minishard):
+    """The (chunk id, absolute start, size) list of one minishard."""
+    base = 16 << spec["minishard_bits"]
+    if len(blob) < base:
+        raise ShardError("%s: %d bytes, shorter than its shard index"
+                         % (path, len(blob)))
+    start, end = struct.unpack_from("<QQ", blob, 16 * minishard)
+    if end < start or base + end > len(blob):
+        raise ShardError("%s: minishard %d index [%d, %d) out of the file"
+                         % (path, minishard, start, end))
+    if start == end:
+        return []
+    raw = decode(spec["minishard_index_encoding"],
+                 blob[base + start:base + end],
+                 "%s minishard %d index" % (path, minishard))
+    if len(raw) % 24:
+        raise ShardError("%s: minishard %d index of %d bytes"
+                         % (path, minishard, len(raw)))
+    n = len(raw) // 24
+    cols = struct.unpack("<%dQ" % (3 * n), raw)
+    out, cid, pos = [], 0, base
+    for i in range(n):
+        cid += cols[i]
+        pos += cols[n + i]
+        size = cols[2 * n + i]
+        if pos + size > len(blob):
+            raise ShardError("%s: chunk %d past the end" % (path, cid))
+        out.append((cid, pos, size))
+        pos += size
+    return out
+
+
+def read_chunk(spec, scale_dir, cid):
+    """One chunk's bytes, or None if it is stored nowhere."""
+    shard, minishard = locate(spec, cid)
+    path = os.path.join(scale_dir, shard_name(spec, shard))
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as f:
+        blob = f.read()
+    for got, pos, size in read_minishard(spec, path, blob, minishard):
+        if got == cid:
+            return decode(spec["data_encoding"], blob[pos:pos + size],
+                          "%s chunk %d" % (path, cid))
+    return None
+
+
+def walk(spec, scale_dir):
+    """Every chunk id stored in scale_dir's shards, with the checks of a
+    writer's output: chunks where their id puts them, sorted ids, no
+    overlaps, no empty shard file."""
+    stored = set()
+    for name in sorted(os.listdir(scale_dir)):
+        path = os.path.join(scale_dir, name)
+        with open(path, "rb") as f:
+            blob = f.read()
+        spans, count = [], 0
+        for m in range(1 << spec["minishard_bits"]):
+            entries = read_minishard(spec, path, blob, m)
+            ids = [e[0] for e in entries]
+            if ids != sorted(set(ids)):
+                raise ShardError("%s: minishard %d ids not increasing"
+                                 % (path, m))
+            for cid, pos, size in entries:
+                if locate(spec, cid) != (int(name.split(".")[0], 16), m) \
+                        or shard_name(spec, locate(spec, cid)[0]) != name:
+                    raise ShardError("%s: chunk %d stored in minishard %d, "
+                                     "belongs to %s" % (path, cid, m,
+                                                        locate(spec, cid)))
+                if cid in stored:
+                    raise ShardError("%s: chunk %d stored twice" % (path, cid))
+                stored.add(cid)
+                spans.append((pos, pos + size))
+                count += 1
+        if count == 0:
+            raise ShardError("%s: a shard file holding no chunk" % path)
+        spans.sort()
+        for a, b in zip(spans, spans[1:]):
+            if a[1] > b[0]:
+                raise ShardError("%s: chunks overlap at byte %d" % (path, b[0]))
+    return stored
+
+
+def read_back(root):
+    with open(os.path.join(root, "info")) as f:
+        scale = json.load(f)["scales"][0]
+    spec, scale_dir = scale["sharding"], os.path.join(root, scale["key"])
+    with open(os.path.join(root, "chunks.txt")) as f:
+        want = [int(line) for line in f if line.strip()]
+    with open(os.path.join(root, "missing.txt")) as f:
+        missing = [int(line) for line in f if line.strip()]
+    for cid in want:
+        with open(os.path.join(root, "expect", str(cid)), "rb") as f:
+            expect = f.read()
+        got = read_chunk(spec, scale_dir, cid)
+        if got is None:
+            raise ShardError("%s: chunk %d not found" % (root, cid))
+        if got != expect:
+            raise ShardError("%s: chunk %d: %d bytes differ from the %d "
+                             "written" % (root, cid, len(got), len(expect)))
+    for cid in missing:
+        if read_chunk(spec, scale_dir, cid) is not None:
+            raise ShardError("%s: chunk %d found, never written" % (root, cid))
+    stored = walk(spec, scale_dir)
+    if stored != set(want):
+        raise ShardError("%s: shards hold %d chunks, %d written (%d extra)"
+                         % (root, len(stored), len(want),
+                            len(stored - set(want))))
+    print("sharded_ref: %s: %d chunks read back in %d shards, %d absent"
+          % (root, len(want), len(os.listdir(scale_dir)), len(missing)))
+
+
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == "selftest":
         selftest()
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "read":
+        try:
+            read_back(sys.argv[2])
+        except (ShardError, OSError, EOFError, ValueError, KeyError,
+                struct.error, zlib.error) as e:
+            sys.exit("sharded_ref: %s" % e)
         return
     if len(sys.argv) not in (3, 4) or sys.argv[1] != "write":
         sys.exit(__doc__)

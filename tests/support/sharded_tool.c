@@ -8,6 +8,24 @@
  *   sharded_tool corrupt DIR        case.txt's chunk refused with its error
  *                                   name and a message holding its text
  *   sharded_tool morton FILE        "gx gy gz x y z code" lines agree
+ *   sharded_tool write DIR          the chunks of chunks.txt (bytes from
+ *                                   expect/<id>) encoded with
+ *                                   cnx_shard_encode into DIR/<key>/, one
+ *                                   file a non-empty shard (the directory
+ *                                   must not exist yet); tests/py's reader
+ *                                   reads them back
+ *   sharded_tool same URL_A URL_B   the first scale of both layers read
+ *                                   whole through cnx_layer_read (no
+ *                                   fill: every chunk must exist) holds
+ *                                   the same voxels; prints the count
+ *   sharded_tool reshard SRC DST BYTES [gzip]
+ *                                   the unsharded layer SRC (a directory,
+ *                                   its first scale) as a sharded layer
+ *                                   DST: the spec cnx_sharding_choose picks
+ *                                   for shards of BYTES (data gzip when
+ *                                   asked), the chunk files as stored,
+ *                                   what the shard stage does in a
+ *                                   workflow; for third-party readers
  *   sharded_tool put DIR URL        every file of DIR (info, shards, ...)
  *                                   put into the store URL, same names
  *   sharded_tool volume DIR [URL]   the layer at URL (default file://DIR)
@@ -36,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 
 #include "cnx/error.h"
 #include "cnx/precomputed.h"
@@ -535,6 +554,282 @@ static int volume(const char *dir, const char *url)
     return bad;
 }
 
+/* The set's chunks, grouped by shard and encoded, one file a shard. */
+static int write_set(const char *dir)
+{
+    cnx_sharding spec;
+    char scale_dir[4096], path[4096], line[64], key[256];
+    cnx_shard_chunk *chunks = NULL;
+    char **bytes = NULL;
+    uint64_t *shard_of = NULL;
+    size_t n = 0, cap = 0;
+    int bad = 0, files = 0;
+    FILE *list;
+
+    if (load_spec(dir, &spec, scale_dir, sizeof(scale_dir), key) != 0)
+        return 1;
+    snprintf(path, sizeof(path), "%s/chunks.txt", dir);
+    list = fopen(path, "r");
+    if (list == NULL)
+        return fprintf(stderr, "sharded_tool: no %s\n", path), 1;
+    while (!bad && fgets(line, sizeof(line), list) != NULL) {
+        uint64_t id = strtoull(line, NULL, 10);
+        size_t len = 0;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            chunks = realloc(chunks, cap * sizeof(*chunks));
+            bytes = realloc(bytes, cap * sizeof(*bytes));
+            shard_of = realloc(shard_of, cap * sizeof(*shard_of));
+            if (chunks == NULL || bytes == NULL || shard_of == NULL) {
+                fprintf(stderr, "sharded_tool: out of memory\n");
+                return 1;
+            }
+        }
+        snprintf(path, sizeof(path), "%s/expect/%" PRIu64, dir, id);
+        bytes[n] = slurp(path, &len);
+        if (bytes[n] == NULL) {
+            fprintf(stderr, "sharded_tool: cannot read %s\n", path);
+            bad = 1;
+            break;
+        }
+        chunks[n] = (cnx_shard_chunk){id, (const uint8_t *)bytes[n], len};
+        {
+            uint64_t m;
+            cnx_sharding_locate(&spec, id, &shard_of[n], &m);
+        }
+        n++;
+    }
+    fclose(list);
+    if (!bad && mkdir(scale_dir, 0777) != 0) {
+        fprintf(stderr, "sharded_tool: mkdir %s: %s\n", scale_dir,
+                strerror(errno));
+        bad = 1;
+    }
+    /* Shard by shard, in the order they first appear (each chunk taken
+     * once: its shard's group is gathered when first seen). */
+    for (size_t i = 0; i < n && !bad; i++) {
+        cnx_shard_chunk *mine;
+        size_t k = 0, len;
+        uint8_t *out;
+        char name[CNX_SHARD_NAME_MAX], file[4096 + CNX_SHARD_NAME_MAX + 1];
+        int seen = 0;
+        FILE *f;
+        for (size_t j = 0; j < i; j++)
+            seen |= shard_of[j] == shard_of[i];
+        if (seen)
+            continue;
+        mine = malloc(n * sizeof(*mine));
+        if (mine == NULL)
+            return fprintf(stderr, "sharded_tool: out of memory\n"), 1;
+        for (size_t j = i; j < n; j++)
+            if (shard_of[j] == shard_of[i])
+                mine[k++] = chunks[j];
+        if (cnx_shard_encode(&spec, shard_of[i], mine, k, &out, &len) != 0) {
+            fprintf(stderr, "sharded_tool: %s: shard %" PRIu64 ": %s\n", dir,
+                    shard_of[i], cnx_error_last()->message);
+            free(mine);
+            bad = 1;
+            break;
+        }
+        free(mine);
+        cnx_sharding_shard_name(&spec, shard_of[i], name);
+        snprintf(file, sizeof(file), "%s/%s", scale_dir, name);
+        f = fopen(file, "wb");
+        if (f == NULL || fwrite(out, 1, len, f) != len) {
+            fprintf(stderr, "sharded_tool: cannot write %s\n", file);
+            bad = 1;
+        }
+        if (f != NULL && fclose(f) != 0)
+            bad = 1;
+        free(out);
+        files++;
+    }
+    for (size_t i = 0; i < n; i++)
+        free(bytes[i]);
+    free(bytes);
+    free(chunks);
+    free(shard_of);
+    if (!bad)
+        printf("%s: %zu chunks written in %d shards\n", dir, n, files);
+    return bad;
+}
+
+/* Two layers' first scales read whole: the same geometry and voxels. */
+static int same(const char *url_a, const char *url_b)
+{
+    cnx_layer *a = NULL, *b = NULL;
+    cnx_volume *va = NULL, *vb = NULL;
+    const cnx_scale *sa, *sb;
+    cnx_box all;
+    int bad = 1;
+
+    if (cnx_layer_open(&a, url_a) != 0 || cnx_layer_open(&b, url_b) != 0) {
+        fprintf(stderr, "sharded_tool: %s\n", cnx_error_last()->message);
+        goto done;
+    }
+    sa = &cnx_layer_get_info(a)->scales[0];
+    sb = &cnx_layer_get_info(b)->scales[0];
+    if (memcmp(sa->size, sb->size, sizeof(sa->size)) != 0 ||
+        memcmp(sa->voxel_offset, sb->voxel_offset, sizeof(sa->size)) != 0 ||
+        cnx_layer_get_info(a)->dtype != cnx_layer_get_info(b)->dtype) {
+        fprintf(stderr, "sharded_tool: %s and %s differ in geometry\n", url_a,
+                url_b);
+        goto done;
+    }
+    for (int i = 0; i < 3; i++) {
+        all.min[i] = sa->voxel_offset[i];
+        all.max[i] = sa->voxel_offset[i] + sa->size[i];
+    }
+    if (cnx_layer_read(a, 0, &all, 0, NULL, NULL, NULL, &va) != 0 ||
+        cnx_layer_read(b, 0, &all, 0, NULL, NULL, NULL, &vb) != 0) {
+        fprintf(stderr, "sharded_tool: read: %s\n", cnx_error_last()->message);
+        goto done;
+    }
+    {
+        size_t n = (size_t)cnx_box_voxels(&all) *
+                   cnx_dtype_size(cnx_layer_get_info(a)->dtype) *
+                   (size_t)cnx_layer_get_info(a)->channels;
+        if (memcmp(va->data, vb->data, n) != 0) {
+            fprintf(stderr, "sharded_tool: %s and %s hold different voxels\n",
+                    url_a, url_b);
+            goto done;
+        }
+        printf("sharded_tool: %" PRId64 " voxels (%s, %s scale '%s') "
+               "equal\n",
+               cnx_box_voxels(&all), sa->sharded ? "sharded" : "unsharded",
+               sb->sharded ? "sharded" : "unsharded", sb->key);
+    }
+    bad = 0;
+done:
+    cnx_volume_free(va);
+    cnx_volume_free(vb);
+    cnx_layer_free(a);
+    cnx_layer_free(b);
+    return bad;
+}
+
+/* SRC's first scale re-stored as a sharded layer DST, chunk files as
+ * stored (the shard stage's work, offline). */
+static int reshard(const char *src, const char *dst, const char *bytes_arg,
+                   int gzip)
+{
+    char path[4096], file[8192];
+    cnx_layer_info info;
+    cnx_scale *sc;
+    cnx_sharding_target target = {0, 0};
+    cnx_grid grid;
+    int64_t counts[3], g[3];
+    uint64_t grid_u[3], nshards;
+    cnx_layer *out = NULL;
+    char durl[4200];
+    size_t len;
+    char *text;
+    int bad = 0, files = 0;
+
+    snprintf(path, sizeof(path), "%s/info", src);
+    text = slurp(path, &len);
+    if (text == NULL || cnx_info_parse(&info, text, len) != 0) {
+        free(text);
+        return fprintf(stderr, "sharded_tool: %s: bad info\n", path), 1;
+    }
+    free(text);
+    info.nscales = 1;
+    sc = &info.scales[0];
+    grid = cnx_info_grid(&info, 0);
+    cnx_grid_counts(&grid, counts);
+    for (int i = 0; i < 3; i++)
+        grid_u[i] = (uint64_t)counts[i];
+    target.shard_bytes = strtoull(bytes_arg, NULL, 10);
+    if (sc->sharded ||
+        cnx_sharding_choose(grid_u,
+                            (uint64_t)(sc->chunk[0] * sc->chunk[1] *
+                                       sc->chunk[2] * info.channels) *
+                                cnx_dtype_size(info.dtype),
+                            &target, &sc->sharding) != 0)
+        return fprintf(stderr, "sharded_tool: %s: cannot shard\n", src), 1;
+    sc->sharded = 1;
+    if (gzip)
+        sc->sharding.data_encoding = CNX_SHARD_ENC_GZIP;
+    snprintf(durl, sizeof(durl), "file://%s", dst);
+    if (cnx_layer_create(&out, durl, &info) != 0)
+        return fprintf(stderr, "sharded_tool: %s: %s\n", durl,
+                       cnx_error_last()->message),
+               1;
+    cnx_layer_free(out);
+    snprintf(path, sizeof(path), "%s/%s", dst, sc->key);
+    mkdir(path, 0777);
+    nshards = sc->sharding.shard_bits >= 20
+                  ? 0
+                  : (uint64_t)1 << sc->sharding.shard_bits;
+    /* shard by shard: every chunk of the grid, kept if in this shard */
+    for (uint64_t shard = 0; shard < nshards && !bad; shard++) {
+        cnx_shard_chunk *mine = NULL;
+        char **keep = NULL;
+        size_t k = 0, cap = 0, olen;
+        uint8_t *obytes;
+        char name[CNX_SHARD_NAME_MAX];
+        for (g[2] = 0; g[2] < counts[2] && !bad; g[2]++)
+            for (g[1] = 0; g[1] < counts[1] && !bad; g[1]++)
+                for (g[0] = 0; g[0] < counts[0] && !bad; g[0]++) {
+                    uint64_t pos[3] = {(uint64_t)g[0], (uint64_t)g[1],
+                                       (uint64_t)g[2]};
+                    uint64_t id, sh, m;
+                    cnx_box box = cnx_grid_chunk_box(&grid, g);
+                    char cname[256];
+                    size_t clen = 0;
+                    cnx_sharding_morton(pos, grid_u, &id);
+                    cnx_sharding_locate(&sc->sharding, id, &sh, &m);
+                    if (sh != shard)
+                        continue;
+                    cnx_layer_chunk_name(&info, 0, &box, cname, sizeof(cname));
+                    snprintf(file, sizeof(file), "%s/%s", src, cname);
+                    if (k == cap) {
+                        cap = cap ? 2 * cap : 64;
+                        mine = realloc(mine, cap * sizeof(*mine));
+                        keep = realloc(keep, cap * sizeof(*keep));
+                        if (mine == NULL || keep == NULL)
+                            return fprintf(stderr, "out of memory\n"), 1;
+                    }
+                    keep[k] = slurp(file, &clen);
+                    if (keep[k] == NULL)
+                        continue; /* a chunk never written stays absent */
+                    mine[k] = (cnx_shard_chunk){id, (uint8_t *)keep[k], clen};
+                    k++;
+                }
+        if (k > 0) {
+            FILE *f;
+            if (cnx_shard_encode(&sc->sharding, shard, mine, k, &obytes,
+                                 &olen) != 0) {
+                fprintf(stderr, "sharded_tool: %s\n",
+                        cnx_error_last()->message);
+                bad = 1;
+            } else {
+                cnx_sharding_shard_name(&sc->sharding, shard, name);
+                snprintf(file, sizeof(file), "%s/%s/%s", dst, sc->key, name);
+                f = fopen(file, "wb");
+                if (f == NULL || fwrite(obytes, 1, olen, f) != olen)
+                    bad = 1;
+                if (f != NULL && fclose(f) != 0)
+                    bad = 1;
+                free(obytes);
+                files++;
+            }
+        }
+        for (size_t i = 0; i < k; i++)
+            free(keep[i]);
+        free(keep);
+        free(mine);
+    }
+    if (nshards == 0)
+        bad = fprintf(stderr, "sharded_tool: too many shards\n") > 0;
+    if (!bad)
+        printf("sharded_tool: %s -> %s: %d shards (preshift %d, minishard "
+               "%d, shard %d bits)\n",
+               src, dst, files, sc->sharding.preshift_bits,
+               sc->sharding.minishard_bits, sc->sharding.shard_bits);
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "check") == 0)
@@ -543,11 +838,19 @@ int main(int argc, char **argv)
         return corrupt(argv[2], argc == 4 ? argv[3] : NULL);
     if (argc == 3 && strcmp(argv[1], "morton") == 0)
         return morton(argv[2]);
+    if ((argc == 5 || argc == 6) && strcmp(argv[1], "reshard") == 0)
+        return reshard(argv[2], argv[3], argv[4],
+                       argc == 6 && strcmp(argv[5], "gzip") == 0);
+    if (argc == 4 && strcmp(argv[1], "same") == 0)
+        return same(argv[2], argv[3]);
+    if (argc == 3 && strcmp(argv[1], "write") == 0)
+        return write_set(argv[2]);
     if (argc == 4 && strcmp(argv[1], "put") == 0)
         return put(argv[2], argv[3]);
     if ((argc == 3 || argc == 4) && strcmp(argv[1], "volume") == 0)
         return volume(argv[2], argc == 4 ? argv[3] : NULL);
     fprintf(stderr, "usage: sharded_tool check|corrupt|volume DIR [URL] | "
-                    "morton FILE | put DIR URL\n");
+                    "morton FILE | write DIR | same URL URL | reshard SRC DST "
+                    "BYTES [gzip] | put DIR URL\n");
     return 2;
 }

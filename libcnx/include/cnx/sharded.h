@@ -1,6 +1,6 @@
 /*
  * cnx/sharded.h - the Neuroglancer precomputed sharded format
- * (neuroglancer_uint64_sharded_v1), read side.
+ * (neuroglancer_uint64_sharded_v1): reading, and encoding one shard.
  *
  * A sharded scale packs its chunks, each keyed by a uint64 chunk id (for a
  * volume: the compressed Morton code of the chunk's grid position), into
@@ -11,7 +11,10 @@
  * storage: chunk lookups go through a caller-given ranged read, so a file
  * store and an object store can both serve them (cnx_sharded_store_read
  * adapts a cnx_store: sharded_store.c). Every offset and length read from a
- * shard is checked before use.
+ * shard is checked before use. The write side is a pure encoder
+ * (cnx_shard_encode: chunks in, one shard file's bytes out) and the rule
+ * that picks a spec for a volume (cnx_sharding_choose); where the bytes
+ * go is the caller's business.
  */
 #ifndef CNX_SHARDED_H
 #define CNX_SHARDED_H
@@ -214,6 +217,81 @@ typedef struct cnx_sharded_source {
  */
 int cnx_sharded_store_read(void *ctx, const char *shard_name, uint64_t offset,
                            uint64_t length, uint8_t **out);
+
+/* --- write side ---------------------------------------------------------- */
+
+/* One chunk given to the encoder: its id and its (unencoded) bytes. */
+typedef struct cnx_shard_chunk {
+    uint64_t chunk_id;
+    const uint8_t *data; /* borrowed; may be NULL when len is 0 */
+    size_t len;
+} cnx_shard_chunk;
+
+/* The gzip level of the encoder (fixed: the same chunks give the same
+ * bytes on every run and every build). */
+#define CNX_SHARD_GZIP_LEVEL 6
+
+/**
+ * Encode shard file shard of spec from n chunks (any order). Layout: the
+ * shard index, then minishard by minishard in increasing order, its chunks
+ * by increasing id (each stored per data_encoding) followed by its
+ * minishard index (ids delta-coded, offsets from the end of the previous
+ * chunk, sizes; per minishard_index_encoding). Deterministic: gzip at
+ * CNX_SHARD_GZIP_LEVEL with mtime 0, no name, OS byte 255, so the input
+ * set alone decides the bytes (not its order). n == 0 gives a valid shard
+ * whose minishards are all empty; writers omit such a shard (a missing
+ * shard reads as one holding no chunks).
+ * @param[out] out  caller frees with free()
+ * @return 0; CNX_EINVAL naming the chunk if one is not in this shard or an
+ *         id repeats (spec must pass cnx_sharding_check); CNX_ETOOBIG if
+ *         a chunk is over CNX_SHARD_MAX_CHUNK or the shard index over
+ *         CNX_SHARD_MAX_MINISHARD_INDEX; CNX_ENOMEM.
+ */
+int cnx_shard_encode(const cnx_sharding *spec, uint64_t shard,
+                     const cnx_shard_chunk *chunks, size_t n, uint8_t **out,
+                     size_t *len);
+
+/* What a shard and a minishard should hold; 0 takes the default. */
+typedef struct cnx_sharding_target {
+    uint64_t shard_bytes;      /* unencoded chunk bytes a shard holds at
+                                  most (default CNX_SHARD_TARGET_BYTES) */
+    uint64_t minishard_chunks; /* chunks a minishard holds at most
+                                  (default CNX_SHARD_TARGET_MINISHARD) */
+} cnx_sharding_target;
+
+#define CNX_SHARD_TARGET_BYTES ((uint64_t)256 << 20)
+#define CNX_SHARD_TARGET_MINISHARD 64
+
+/**
+ * Choose a sharding spec for a volume scale of grid chunks per axis, each
+ * chunk chunk_bytes unencoded bytes (x*y*z*channels*bytes per voxel).
+ * Identity hash over compressed Morton ids, so a shard is an aligned
+ * block of the chunk grid (a contiguous Morton range) and a minishard a
+ * smaller one inside it:
+ *   B = bits of the compressed Morton id (sum over axes of ceil(log2 n));
+ *   c = floor(log2(max(1, shard_bytes / chunk_bytes))), at most B:
+ *       a shard holds 2^c chunks;
+ *   preshift_bits = min(c, floor(log2 minishard_chunks)): a minishard
+ *       holds 2^preshift_bits consecutive ids (raised so that
+ *       minishard_bits is at most 22: a shard index of at most 64 MiB);
+ *   minishard_bits = c - preshift_bits;  shard_bits = B - c.
+ * Minishard index: gzip; data: raw (the chunk encoding compresses).
+ * @return 0; CNX_EINVAL for a zero axis or chunk_bytes 0; CNX_ERANGE if
+ *         the grid needs more than 64 bits of id.
+ */
+int cnx_sharding_choose(const uint64_t grid[3], uint64_t chunk_bytes,
+                        const cnx_sharding_target *target, cnx_sharding *out);
+
+/**
+ * The block of the chunk grid that one shard of a spec chosen by
+ * cnx_sharding_choose covers (identity hash): the low preshift_bits +
+ * minishard_bits bits of a compressed Morton id are the lowest bits of
+ * each axis's position, taken x, y, z in turn while the axis has bits.
+ * @param grid  chunks per axis
+ * @param[out] block  chunks per axis in one shard (powers of two)
+ */
+void cnx_sharding_block(const cnx_sharding *spec, const uint64_t grid[3],
+                        uint64_t block[3]);
 
 #ifdef __cplusplus
 }

@@ -96,6 +96,16 @@ extern const cnx_stage cnx_stage_align_render;
 extern const cnx_stage cnx_stage_synapses;
 extern const cnx_stage cnx_stage_synapse_edges;
 
+/**
+ * shard: one shard of a sharded layer per task (docs/formats.md, "Writing
+ * shards"; docs/workflows.md). Input role "source" (an unsharded scale),
+ * halo 0, a task's roi one shard's block of the grid (the planner cuts
+ * it so); output the same scale with the sharding the planner chose;
+ * writes <key>/<shard>.shard from the chunks as stored.
+ */
+#define CNX_SHARD_STAGE_VERSION 1
+extern const cnx_stage cnx_stage_shard;
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,8 @@
  */
 #include "cnx_test.h"
 
+#include <inttypes.h>
+
 #include <zlib.h>
 
 #include "cnx/error.h"
@@ -466,6 +468,362 @@ static void test_sharded__layer_reads_sharded_scale_refuses_chunk_writes(void **
     cnx_test_rmtree(dir);
 }
 
+/* --- the encoder -------------------------------------------------------- */
+
+/* Many in-memory shard files, looked up by name, for round trips. */
+typedef struct mem_shards {
+    char names[64][CNX_SHARD_NAME_MAX];
+    uint8_t *data[64];
+    size_t len[64];
+    int n;
+} mem_shards;
+
+static int mems_read(void *ctx, const char *name, uint64_t offset,
+                     uint64_t length, uint8_t **out)
+{
+    const mem_shards *ms = ctx;
+    for (int i = 0; i < ms->n; i++) {
+        if (strcmp(ms->names[i], name) != 0)
+            continue;
+        if (offset > ms->len[i] || length > ms->len[i] - offset)
+            return CNX_ERANGE;
+        *out = malloc(length + 1);
+        assert_non_null(*out);
+        memcpy(*out, ms->data[i] + offset, (size_t)length);
+        return 0;
+    }
+    return CNX_ENOTFOUND;
+}
+
+static void mems_free(mem_shards *ms)
+{
+    for (int i = 0; i < ms->n; i++)
+        free(ms->data[i]);
+    ms->n = 0;
+}
+
+/* Chunks with random ids (below id_limit, or any 64-bit id when 0) and
+ * random bytes, some empty, some compressible. */
+static cnx_shard_chunk *random_chunks(uint64_t *rng, size_t n,
+                                      uint64_t id_limit, uint8_t **pool)
+{
+    cnx_shard_chunk *c = calloc(n, sizeof(*c));
+    size_t total = 0, at = 0;
+    assert_non_null(c);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t id;
+        int again;
+        do {
+            id = cnx_test_rand(rng);
+            if (id_limit > 0)
+                id %= id_limit;
+            again = 0;
+            for (size_t j = 0; j < i; j++)
+                again |= c[j].chunk_id == id;
+        } while (again);
+        c[i].chunk_id = id;
+        c[i].len =
+            (size_t)(cnx_test_rand(rng) % 5 == 0 ? 0
+                                                 : cnx_test_rand(rng) % 3000);
+        total += c[i].len;
+    }
+    *pool = malloc(total + 1);
+    assert_non_null(*pool);
+    for (size_t i = 0; i < n; i++) {
+        int flat = (int)(cnx_test_rand(rng) % 2);
+        uint8_t v = (uint8_t)cnx_test_rand(rng);
+        for (size_t k = 0; k < c[i].len; k++)
+            (*pool)[at + k] = flat ? v : (uint8_t)cnx_test_rand(rng);
+        c[i].data = c[i].len > 0 ? *pool + at : NULL;
+        at += c[i].len;
+    }
+    return c;
+}
+
+/* Encode chunks shard by shard into ms (empty shards left out). */
+static void encode_all(const cnx_sharding *spec, const cnx_shard_chunk *c,
+                       size_t n, mem_shards *ms)
+{
+    cnx_shard_chunk *mine = calloc(n, sizeof(*mine));
+    int *done = calloc(n, sizeof(*done));
+    assert_non_null(mine);
+    assert_non_null(done);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t shard, m, s2;
+        size_t k = 0;
+        if (done[i])
+            continue;
+        cnx_sharding_locate(spec, c[i].chunk_id, &shard, &m);
+        for (size_t j = i; j < n; j++) {
+            cnx_sharding_locate(spec, c[j].chunk_id, &s2, &m);
+            if (s2 == shard) {
+                mine[k++] = c[j];
+                done[j] = 1;
+            }
+        }
+        assert_true(ms->n < 64);
+        cnx_sharding_shard_name(spec, shard, ms->names[ms->n]);
+        assert_int_equal(cnx_shard_encode(spec, shard, mine, k,
+                                          &ms->data[ms->n], &ms->len[ms->n]),
+                         0);
+        ms->n++;
+    }
+    free(done);
+    free(mine);
+}
+
+static void test_sharded__encode_round_trips_through_the_reader(void **st)
+{
+    /* preshift, minishard, shard bits; hash; index and data encodings;
+     * ids below a limit (identity) or anywhere (murmur) */
+    static const struct {
+        cnx_sharding spec;
+        uint64_t id_limit;
+    } cases[] = {
+        {{0, 0, 0, CNX_SHARD_HASH_IDENTITY, CNX_SHARD_ENC_RAW,
+          CNX_SHARD_ENC_RAW},
+         1000},
+        {{0, 2, 3, CNX_SHARD_HASH_IDENTITY, CNX_SHARD_ENC_RAW,
+          CNX_SHARD_ENC_GZIP},
+         4096},
+        {{2, 3, 2, CNX_SHARD_HASH_IDENTITY, CNX_SHARD_ENC_GZIP,
+          CNX_SHARD_ENC_RAW},
+         4096},
+        {{6, 1, 3, CNX_SHARD_HASH_IDENTITY, CNX_SHARD_ENC_GZIP,
+          CNX_SHARD_ENC_GZIP},
+         1 << 12},
+        {{0, 0, 0, CNX_SHARD_HASH_MURMUR3, CNX_SHARD_ENC_GZIP,
+          CNX_SHARD_ENC_GZIP},
+         0},
+        {{1, 4, 2, CNX_SHARD_HASH_MURMUR3, CNX_SHARD_ENC_RAW,
+          CNX_SHARD_ENC_RAW},
+         0},
+        {{3, 6, 1, CNX_SHARD_HASH_MURMUR3, CNX_SHARD_ENC_GZIP,
+          CNX_SHARD_ENC_RAW},
+         0},
+        {{0, 1, 5, CNX_SHARD_HASH_MURMUR3, CNX_SHARD_ENC_RAW,
+          CNX_SHARD_ENC_GZIP},
+         0},
+    };
+    uint64_t rng = 41;
+    (void)st;
+    for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
+        const cnx_sharding *spec = &cases[t].spec;
+        uint8_t *pool;
+        size_t n = 120;
+        cnx_shard_chunk *c = random_chunks(&rng, n, cases[t].id_limit, &pool);
+        mem_shards ms = {0};
+        assert_int_equal(cnx_sharding_check(spec), 0);
+        encode_all(spec, c, n, &ms);
+        for (size_t i = 0; i < n; i++) {
+            uint8_t *got;
+            size_t len;
+            int rc = cnx_sharded_read_chunk(spec, c[i].chunk_id, mems_read, &ms,
+                                            &got, &len);
+            if (rc != 0)
+                fail_msg("case %zu chunk %" PRIu64 ": %s", t, c[i].chunk_id,
+                         cnx_error_last()->message);
+            assert_int_equal(len, c[i].len);
+            if (len > 0)
+                assert_memory_equal(got, c[i].data, len);
+            free(got);
+        }
+        for (int k = 0; k < 40; k++) { /* ids not written: absent */
+            uint64_t id = cnx_test_rand(&rng);
+            int known = 0;
+            uint8_t *got;
+            size_t len;
+            if (cases[t].id_limit > 0)
+                id %= cases[t].id_limit;
+            for (size_t i = 0; i < n; i++)
+                known |= c[i].chunk_id == id;
+            if (known)
+                continue;
+            assert_int_equal(
+                cnx_sharded_read_chunk(spec, id, mems_read, &ms, &got, &len),
+                CNX_ENOTFOUND);
+        }
+        mems_free(&ms);
+        free(c);
+        free(pool);
+    }
+}
+
+static void test_sharded__encode_is_deterministic_and_order_free(void **st)
+{
+    cnx_sharding spec = {1,
+                         3,
+                         0,
+                         CNX_SHARD_HASH_MURMUR3,
+                         CNX_SHARD_ENC_GZIP,
+                         CNX_SHARD_ENC_GZIP};
+    uint64_t rng = 7;
+    uint8_t *pool, *a, *b;
+    size_t n = 60, alen, blen;
+    cnx_shard_chunk *c = random_chunks(&rng, n, 0, &pool);
+    (void)st;
+    assert_int_equal(cnx_shard_encode(&spec, 0, c, n, &a, &alen), 0);
+    for (size_t i = 0; i < n / 2; i++) { /* reverse the order */
+        cnx_shard_chunk tmp = c[i];
+        c[i] = c[n - 1 - i];
+        c[n - 1 - i] = tmp;
+    }
+    assert_int_equal(cnx_shard_encode(&spec, 0, c, n, &b, &blen), 0);
+    assert_int_equal(alen, blen);
+    assert_memory_equal(a, b, alen);
+    /* the first chunk follows the shard index (8 minishards: 128 bytes)
+     * as a gzip member with mtime 0 and OS 255 */
+    {
+        assert_int_equal(a[128], 0x1f);
+        assert_int_equal(a[129], 0x8b);
+        assert_memory_equal(a + 132, "\0\0\0\0", 4);
+        assert_int_equal(a[137], 255);
+    }
+    free(a);
+    free(b);
+    free(c);
+    free(pool);
+}
+
+static void test_sharded__encode_refuses_foreign_and_repeated_chunks(void **st)
+{
+    cnx_sharding spec = {
+        0, 1, 2, CNX_SHARD_HASH_IDENTITY, CNX_SHARD_ENC_RAW, CNX_SHARD_ENC_RAW};
+    /* identity: id 5 = shard 2 minishard 1; id 4 = shard 2 minishard 0 */
+    cnx_shard_chunk c[2] = {{5, (const uint8_t *)"ab", 2},
+                            {4, (const uint8_t *)"cd", 2}};
+    uint8_t *out;
+    size_t len;
+    (void)st;
+    assert_int_equal(cnx_shard_encode(&spec, 1, c, 2, &out, &len), CNX_EINVAL);
+    assert_non_null(strstr(cnx_error_last()->message, "chunk 5"));
+    assert_non_null(strstr(cnx_error_last()->message, "shard 2"));
+    c[1].chunk_id = 5;
+    assert_int_equal(cnx_shard_encode(&spec, 2, c, 2, &out, &len), CNX_EINVAL);
+    assert_non_null(strstr(cnx_error_last()->message, "given twice"));
+    assert_null(out);
+    /* no chunks: a valid shard of empty minishards, all of it the index */
+    assert_int_equal(cnx_shard_encode(&spec, 2, c, 0, &out, &len), 0);
+    assert_int_equal(len, 32);
+    for (size_t i = 0; i < len; i++)
+        assert_int_equal(out[i], 0);
+    {
+        mem_shard m = {out, len};
+        uint8_t *got;
+        size_t glen;
+        spec.shard_bits = 0; /* so that the shard is "0.shard" */
+        assert_int_equal(
+            cnx_sharded_read_chunk(&spec, 1, mem_read, &m, &got, &glen),
+            CNX_ENOTFOUND);
+        assert_non_null(strstr(cnx_error_last()->message, "is empty"));
+    }
+    free(out);
+}
+
+static void test_sharded__choose_follows_the_documented_rule(void **st)
+{
+    /* grid; chunk bytes; target (bytes, minishard chunks); expected
+     * preshift, minishard, shard bits */
+    static const struct {
+        uint64_t grid[3], chunk_bytes, shard_bytes, mini;
+        int pre, mbits, sbits;
+    } cases[] = {
+        /* 64^3 uint64 chunks (2 MiB): 128 a shard = 2^7, minishards of 64;
+         * grid 32x32x16 = 5+5+4 = 14 bits */
+        {{32, 32, 16}, 2 << 20, 0, 0, 6, 1, 7},
+        /* 64x64x64 uint8 (256 KiB): 1024 a shard */
+        {{100, 100, 40}, 256 << 10, 0, 0, 6, 4, 10},
+        /* a small volume: everything in one shard, one minishard */
+        {{2, 2, 1}, 256 << 10, 0, 0, 2, 0, 0},
+        /* a grid of one chunk: no id bits at all */
+        {{1, 1, 1}, 1 << 20, 0, 0, 0, 0, 0},
+        /* chunks bigger than the target: one chunk a shard */
+        {{8, 8, 8}, 512 << 20, 0, 0, 0, 0, 9},
+        /* explicit target: 1 MiB shards of 64 KiB chunks (16), minishards
+         * of 4 (a non-power of two rounds down) */
+        {{16, 16, 16}, 64 << 10, 1 << 20, 5, 2, 2, 8},
+        /* tiny chunks: the shard index is capped at 2^22 minishards */
+        {{1 << 12, 1 << 12, 1 << 4}, 1, 0, 1, 6, 22, 0},
+    };
+    cnx_sharding out;
+    (void)st;
+    for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
+        cnx_sharding_target target = {cases[t].shard_bytes, cases[t].mini};
+        assert_int_equal(cnx_sharding_choose(cases[t].grid,
+                                             cases[t].chunk_bytes, &target,
+                                             &out),
+                         0);
+        if (out.preshift_bits != cases[t].pre ||
+            out.minishard_bits != cases[t].mbits ||
+            out.shard_bits != cases[t].sbits)
+            fail_msg("case %zu: got %d/%d/%d, expected %d/%d/%d", t,
+                     out.preshift_bits, out.minishard_bits, out.shard_bits,
+                     cases[t].pre, cases[t].mbits, cases[t].sbits);
+        assert_int_equal(out.hash, CNX_SHARD_HASH_IDENTITY);
+        assert_int_equal(cnx_sharding_check(&out), 0);
+    }
+    assert_int_equal(cnx_sharding_choose((uint64_t[]){4, 0, 4}, 10, NULL, &out),
+                     CNX_EINVAL);
+    assert_int_equal(cnx_sharding_choose((uint64_t[]){4, 4, 4}, 0, NULL, &out),
+                     CNX_EINVAL);
+    assert_int_equal(
+        cnx_sharding_choose((uint64_t[]){1ull << 22, 1ull << 22, 1ull << 22},
+                            10, NULL, &out),
+        CNX_ERANGE);
+}
+
+/* A whole volume: every shard chosen by the rule and encoded holds exactly
+ * its aligned block of the grid, and every chunk reads back. */
+static void test_sharded__chosen_shards_are_grid_blocks(void **st)
+{
+    uint64_t grid[3] = {7, 5, 3};
+    cnx_sharding_target target = {8 * 100, 2}; /* 8 chunks a shard */
+    cnx_sharding spec;
+    cnx_shard_chunk c[105] = {{0}};
+    uint8_t bytes[105][4];
+    mem_shards ms = {0};
+    size_t n = 0;
+    (void)st;
+    assert_int_equal(cnx_sharding_choose(grid, 100, &target, &spec), 0);
+    assert_int_equal(spec.preshift_bits, 1);
+    assert_int_equal(spec.minishard_bits, 2);
+    assert_int_equal(spec.shard_bits, 3 + 3 + 2 - 3);
+    for (uint64_t z = 0; z < grid[2]; z++)
+        for (uint64_t y = 0; y < grid[1]; y++)
+            for (uint64_t x = 0; x < grid[0]; x++) {
+                uint64_t id, shard, m, block;
+                assert_int_equal(
+                    cnx_sharding_morton((uint64_t[]){x, y, z}, grid, &id), 0);
+                cnx_sharding_locate(&spec, id, &shard, &m);
+                /* a shard is the 2x2x2 block at (x/2, y/2, z/2): the low
+                 * 3 id bits are x0 y0 z0, the rest the block's own code
+                 * in the 4x3x2 grid of blocks */
+                assert_int_equal(
+                    cnx_sharding_morton((uint64_t[]){x / 2, y / 2, z / 2},
+                                        (uint64_t[]){4, 3, 2}, &block),
+                    0);
+                assert_int_equal(shard, block);
+                assert_int_equal(m, (id >> 1) & 3);
+                memcpy(bytes[n],
+                       (uint8_t[]){(uint8_t)x, (uint8_t)y, (uint8_t)z, 9}, 4);
+                c[n] = (cnx_shard_chunk){id, bytes[n], 4};
+                n++;
+            }
+    encode_all(&spec, c, n, &ms);
+    assert_int_equal(ms.n, 4 * 3 * 2);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t *got;
+        size_t len;
+        assert_int_equal(cnx_sharded_read_chunk(&spec, c[i].chunk_id, mems_read,
+                                                &ms, &got, &len),
+                         0);
+        assert_int_equal(len, 4);
+        assert_memory_equal(got, c[i].data, 4);
+        free(got);
+    }
+    mems_free(&ms);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -480,6 +838,12 @@ int main(void)
         cmocka_unit_test(test_sharded__info_bad_sharding_is_named),
         cmocka_unit_test(
             test_sharded__layer_reads_sharded_scale_refuses_chunk_writes),
+        cmocka_unit_test(test_sharded__encode_round_trips_through_the_reader),
+        cmocka_unit_test(test_sharded__encode_is_deterministic_and_order_free),
+        cmocka_unit_test(
+            test_sharded__encode_refuses_foreign_and_repeated_chunks),
+        cmocka_unit_test(test_sharded__choose_follows_the_documented_rule),
+        cmocka_unit_test(test_sharded__chosen_shards_are_grid_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,6 +19,7 @@
 #include "cnx/error.h"
 #include "cnx/precomputed.h"
 #include "cnx/segment_io.h"
+#include "cnx/sharded.h"
 #include "cnx/task.h"
 #include "cnx/workflow.h"
 
@@ -419,10 +420,11 @@ static void test_workflow__schema_agrees(void **state)
              "%s/workflows/segmentation.json %s/workflows/montage.json "
              "%s/workflows/pipeline.json %s/workflows/synapses-gt.json "
              "%s/workflows/segmentation-em.json "
-             "%s/workflows/predictions.json",
+             "%s/workflows/predictions.json "
+             "%s/workflows/segmentation-sharded.json",
              py, source_dir(), source_dir(), dir, dir, source_dir(),
              source_dir(), source_dir(), source_dir(), source_dir(),
-             source_dir(), source_dir(), source_dir());
+             source_dir(), source_dir(), source_dir(), source_dir());
     rc = system(cmd);
     cnx_test_rmtree(dir);
     assert_int_equal(rc, 0);
@@ -2087,6 +2089,165 @@ static void test_workflow__align_checks_refuse_at_plan_time(void **state)
     cnx_test_rmtree(dir);
 }
 
+/* ---- the shard stage ------------------------------------------------------
+ */
+
+static const char *const shard_doc =
+    "{\"schema\":\"cnx.workflow/1\",\"name\":\"sh\",\"stages\":["
+    "{\"name\":\"a\",\"worker\":\"filter\",\"kind\":\"map\","
+    "\"kernel_version\":1,\"inputs\":{\"src\":{\"layer\":\"image\"}},"
+    "\"output\":{\"layer\":\"a/v1\"},\"halo\":0},"
+    "{\"name\":\"sh\",\"worker\":\"shard\",\"kind\":\"%s\","
+    "\"kernel_version\":1,\"inputs\":{\"source\":{\"stage\":\"a\"}},"
+    "\"output\":{\"layer\":\"a-sharded/v1\"},%s"
+    "\"parameters\":{\"shard_bytes\":2097152}}]}";
+
+static cnx_workflow *shard_workflow(const char *kind, const char *extra)
+{
+    char doc[2048];
+    snprintf(doc, sizeof(doc), shard_doc, kind, extra);
+    return parse_ok(doc);
+}
+
+/* One task per shard: 512x384x256 uint8 in chunks of 64 is a grid of
+ * 8x6x4 (8 id bits); 2 MiB shards of 256 KiB chunks hold 8 chunks, the
+ * 2x2x2 blocks: 24 tasks, each exactly one shard, each waiting for the one
+ * 128^3 task of stage a that wrote its chunks. */
+static void test_workflow__shard_stage_has_one_task_per_shard(void **state)
+{
+    const int64_t size[3] = {512, 384, 256}, chunk[3] = {64, 64, 64};
+    cnx_plan_external ext = ext_geom(CNX_DT_UINT8, size, 8, chunk, NULL);
+    cnx_workflow *wf = shard_workflow("map", "");
+    cnx_plan *p = plan_with(wf, NULL, &ext, 1);
+    const cnx_plan_stage *ps = &p->stages[1];
+    const cnx_sharding *spec = &ps->out_scale.sharding;
+    const uint64_t grid[3] = {8, 6, 4};
+    uint64_t seen[24];
+    (void)state;
+    assert_true(ps->out_scale.sharded);
+    assert_false(p->stages[0].out_scale.sharded);
+    assert_int_equal(spec->hash, CNX_SHARD_HASH_IDENTITY);
+    assert_int_equal(spec->preshift_bits, 3);
+    assert_int_equal(spec->minishard_bits, 0);
+    assert_int_equal(spec->shard_bits, 5);
+    assert_string_equal(ps->out_scale.key, ps->in_scale.key);
+    assert_int_equal(ps->count, 24);
+    for (size_t k = 0; k < ps->count; k++) {
+        const cnx_plan_task *t = &p->tasks[ps->first + k];
+        uint64_t shard = 0;
+        assert_int_equal(cnx_box_voxels(&t->roi), 128 * 128 * 128);
+        assert_int_equal(t->ndeps, 1);
+        for (int64_t z = t->roi.min[2]; z < t->roi.max[2]; z += 64)
+            for (int64_t y = t->roi.min[1]; y < t->roi.max[1]; y += 64)
+                for (int64_t x = t->roi.min[0]; x < t->roi.max[0]; x += 64) {
+                    uint64_t pos[3] = {(uint64_t)x / 64, (uint64_t)y / 64,
+                                       (uint64_t)z / 64};
+                    uint64_t id, sh, m;
+                    assert_int_equal(cnx_sharding_morton(pos, grid, &id), 0);
+                    cnx_sharding_locate(spec, id, &sh, &m);
+                    if (x == t->roi.min[0] && y == t->roi.min[1] &&
+                        z == t->roi.min[2])
+                        shard = sh;
+                    assert_int_equal(sh, shard);
+                }
+        for (size_t j = 0; j < k; j++)
+            assert_true(seen[j] != shard);
+        seen[k] = shard;
+        { /* it must write exactly its shard */
+            char **urls, want[64];
+            size_t nurls;
+            assert_int_equal(
+                cnx_plan_task_outputs(p, ps->first + k, &urls, &nurls), 0);
+            assert_int_equal(nurls, 1);
+            snprintf(want, sizeof(want),
+                     "/a-sharded/v1/8_8_8/%02" PRIx64 ".shard", shard);
+            assert_non_null(strstr(urls[0], want));
+            free(urls[0]);
+            free(urls);
+        }
+    }
+    check_dependencies(p);
+    check_tiling(p);
+    cnx_plan_free(p);
+
+    /* a roi inside one shard widens to the whole shard, and stage a
+     * with it */
+    p = plan_with(wf, &(cnx_box){{70, 10, 10}, {100, 60, 60}}, &ext, 1);
+    assert_int_equal(p->stages[1].count, 1);
+    expect_box(&p->stages[1].region, 0, 0, 0, 128, 128, 128);
+    assert_true(cnx_box_contains(&p->stages[0].region, &p->stages[1].region));
+    assert_true(p->nnotes >= 1); /* the shard stage's note comes first */
+    assert_non_null(strstr(p->notes[0], "sh: "));
+    assert_non_null(strstr(p->notes[0], "whole shards of 128,128,128"));
+    check_dependencies(p);
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+
+    /* refused: a halo, a reduce stage, bad parameters */
+    wf = shard_workflow("map", "\"halo\":1,");
+    assert_int_equal(
+        cnx_plan_new_with(&p, wf, "file:///nowhere/data/", NULL, &ext, 1),
+        CNX_ESCHEMA);
+    assert_non_null(strstr(cnx_error_last()->message, "reads no halo"));
+    cnx_workflow_free(wf);
+    wf = shard_workflow("reduce", "");
+    assert_int_equal(
+        cnx_plan_new_with(&p, wf, "file:///nowhere/data/", NULL, &ext, 1),
+        CNX_ESCHEMA);
+    assert_non_null(strstr(cnx_error_last()->message, "one shard per task"));
+    cnx_workflow_free(wf);
+}
+
+/* The output layer's info is created with the sharded scale. */
+static void test_workflow__shard_stage_output_info_is_sharded(void **state)
+{
+    const int64_t size[3] = {256, 256, 128}, chunk[3] = {64, 64, 64};
+    char dir[64], data[160], url[256];
+    cnx_workflow *wf = shard_workflow("map", "");
+    cnx_plan *p = NULL;
+    cnx_layer *layer = NULL;
+    const cnx_layer_info *info;
+    (void)state;
+    cnx_test_tmpdir(dir);
+    dataset_in(dir, data, sizeof(data));
+    snprintf(url, sizeof(url), "%s/image", data);
+    make_layer(url, size, 8, chunk, NULL);
+    if (cnx_plan_new(&p, wf, data, NULL) != 0 ||
+        cnx_plan_prepare_outputs(p) != 0)
+        fail_msg("%s", cnx_error_last()->message);
+    assert_int_equal(cnx_plan_prepare_outputs(p), 0); /* idempotent */
+    snprintf(url, sizeof(url), "%s/a-sharded/v1", data);
+    assert_int_equal(cnx_layer_open(&layer, url), 0);
+    info = cnx_layer_get_info(layer);
+    assert_int_equal(info->nscales, 1);
+    assert_true(info->scales[0].sharded);
+    assert_int_equal(info->scales[0].sharding.preshift_bits, 3);
+    assert_int_equal(info->scales[0].sharding.shard_bits, 2 + 2 + 1 - 3);
+    cnx_layer_free(layer);
+    snprintf(url, sizeof(url), "%s/a/v1", data);
+    assert_int_equal(cnx_layer_open(&layer, url), 0);
+    assert_false(cnx_layer_get_info(layer)->scales[0].sharded);
+    cnx_layer_free(layer);
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+    /* other targets into the same layer: other shards, refused */
+    {
+        char doc[2048], *at;
+        snprintf(doc, sizeof(doc), shard_doc, "map", "");
+        at = strstr(doc, "2097152");
+        assert_non_null(at);
+        memcpy(at, "1048576", 7);
+        wf = parse_ok(doc);
+    }
+    assert_int_equal(cnx_plan_new(&p, wf, data, NULL), 0);
+    assert_int_equal(cnx_plan_prepare_outputs(p), CNX_EIMMUTABLE);
+    assert_non_null(strstr(cnx_error_last()->message,
+                           "exists with other geometry or sharding"));
+    cnx_plan_free(p);
+    cnx_workflow_free(wf);
+    cnx_test_rmtree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2115,6 +2276,8 @@ int main(void)
         cmocka_unit_test(test_workflow__multi_chunk_tasks_list_every_chunk),
         cmocka_unit_test(test_workflow__worker_checks_refuse_at_plan_time),
         cmocka_unit_test(test_workflow__align_checks_refuse_at_plan_time),
+        cmocka_unit_test(test_workflow__shard_stage_has_one_task_per_shard),
+        cmocka_unit_test(test_workflow__shard_stage_output_info_is_sharded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
