@@ -29,5 +29,5 @@ for l in image gt; do
   "$bin/sharded_tool" reshard "$out/synth32/$l" "$out/sharded-gzip-$l" $((128 * unit)) gzip
   layers+=("$out/sharded-$l=$out/synth32/$l" "$out/sharded-gzip-$l=$out/synth32/$l")
 done
-python3 -c "import tensorstore; print('tensorstore', tensorstore.__version__)"
+python3 -c "import importlib.metadata as m; print('tensorstore', m.version('tensorstore'))"
 python3 acceptance/tensorstore_read.py "${layers[@]}"
