@@ -10,8 +10,10 @@
 #  2. Two local servers (scripts/serve.py, CORS, byte ranges): one for the
 #     bundle, one for the layers, so every layer read is a cross-origin one.
 #  3. acceptance/ng_browser_check.js opens Neuroglancer with a state that
-#     loads the image, the segmentation with its legacy meshes and a few
-#     segments selected (those with the most synapses) and, with
+#     loads the image, the segmentation with its legacy meshes and every
+#     synapse partner selected (so every synapse of the tables must show,
+#     under each of its partners; CNX_NG_SELECT=N: the N with the most
+#     synapses) and, with
 #     CNX_NG_LAYERS=all (the default), the synapse annotation layer
 #     (filtered by the selected segments, both relationships) and the
 #     multi-resolution mesh layer; it fails on any HTTP response >= 400,
@@ -45,7 +47,7 @@ ANNOTATIONS=segmentation/v1/synapse_annotations/8_8_8/0-${SX}_0-${SY}_0-${SZ}
 MULTIRES=segmentation/v1/mesh_multires
 # relationship id in the annotation layer's info -> the synapse table's field
 REL_FIELDS=pre_synaptic_cell:pre_id,post_synaptic_cell:post_id
-SELECT=${CNX_NG_SELECT:-3} # segments selected
+SELECT=${CNX_NG_SELECT:-all} # segments selected: all synapse partners, or the N with most synapses
 
 case $LAYERS in
   base | all) ;;
@@ -110,7 +112,8 @@ DATA_URL=http://127.0.0.1:$PORT
 # relationship, the synapse ids the tables give it.
 "$PY" - "$DATA" "$SEGMENTATION" "$REL_FIELDS" "$SELECT" >"$WORK/expect.json" <<'PY'
 import json, os, sys
-data, seg, rel_fields, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+data, seg, rel_fields = sys.argv[1], sys.argv[2], sys.argv[3]
+n = None if sys.argv[4] == "all" else int(sys.argv[4])
 rels = dict(kv.split(":") for kv in rel_fields.split(","))
 syn = [json.loads(l) for dp, _, fs in os.walk(os.path.join(data, seg, "synapses"))
        for f in sorted(fs) for l in open(os.path.join(dp, f))]
@@ -121,11 +124,18 @@ for s in syn:
             count[s[field]] = count.get(s[field], 0) + 1
 meshed = [i for i in sorted(count, key=lambda i: (-count[i], i))
           if os.path.exists(os.path.join(data, seg, "mesh", "%d:0" % i))]
-ids = sorted(meshed[:n])
-if len(ids) < n:
+ids = sorted(meshed if n is None else meshed[:n])
+if n is None and len(meshed) < len(count):
+    sys.exit("%d of %d synapse partners have no mesh" % (len(count) - len(meshed), len(count)))
+if n is not None and len(ids) < n:
     sys.exit("want %d segments with synapses and meshes, found %d" % (n, len(ids)))
 expect = {str(i): {r: sorted(s["id"] for s in syn if s[f] == i) for r, f in rels.items()}
           for i in ids}
+if n is None:
+    # every synapse of the tables is expected under at least one partner
+    seen = {x for e in expect.values() for v in e.values() for x in v}
+    if seen != {s["id"] for s in syn}:
+        sys.exit("%d synapses have no partner segment to select" % (len(syn) - len(seen)))
 json.dump({"segments": [str(i) for i in ids], "synapses": expect,
            "table_synapses": len(syn)}, sys.stdout)
 PY
