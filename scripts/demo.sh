@@ -510,6 +510,8 @@ for info in $(find "$out" -name info -not -path '*/tiles/*' -not -path '*/segmen
   python3 - "$info" "$dir" "$out" <<'PY'
 import json, os, sys
 info = json.load(open(sys.argv[1])); d = sys.argv[2]; out = sys.argv[3]
+if info.get("@type", "neuroglancer_multiscale_volume") != "neuroglancer_multiscale_volume":
+    sys.exit(0)  # a mesh or annotation directory's info, not a volume's
 for s in info["scales"]:
     # (a layer of side objects only, alignment/v1, has no chunk directory)
     sdir = os.path.join(d, s["key"])
