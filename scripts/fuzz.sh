@@ -49,11 +49,13 @@ parsers() {
 }
 
 build() {
-  local cc
+  local cc cxx
   cc=$(command -v clang || command -v clang-14 || true)
-  [ -n "$cc" ] || { echo "fuzz: clang is not installed (scripts/setup.sh)" >&2; exit 1; }
-  CC=$cc cmake -S "$ROOT/tests/fuzz" -B "$BUILD" \
-    -DCNX_ROOT="${CNX_FUZZ_SOURCE:-$ROOT}" >/dev/null
+  cxx=$(command -v clang++ || command -v clang++-14 || true)
+  [ -n "$cc" ] && [ -n "$cxx" ] ||
+    { echo "fuzz: clang is not installed (scripts/setup.sh)" >&2; exit 1; }
+  CC=$cc CXX=$cxx cmake -S "$ROOT/tests/fuzz" -B "$BUILD" \
+    -DCMAKE_CXX_COMPILER="$cxx" -DCNX_ROOT="${CNX_FUZZ_SOURCE:-$ROOT}" >/dev/null
   cmake --build "$BUILD" -j"$(nproc 2>/dev/null || echo 2)" >/dev/null
   echo "fuzz: built $(parsers | wc -l) harnesses in ${BUILD#"$ROOT"/}"
 }
