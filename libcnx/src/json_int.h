@@ -61,4 +61,9 @@ int cnx__json_param_number(const json_t *js, const char *key, double lo,
                            double hi, int open_lo, const char *what,
                            double *out);
 
+/* A "sharding" member (neuroglancer_uint64_sharded_v1) for spec; NULL when
+ * out of memory. precomputed.c owns the format. */
+struct cnx_sharding;
+json_t *cnx__json_sharding(const struct cnx_sharding *spec);
+
 #endif

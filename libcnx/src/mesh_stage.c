@@ -14,7 +14,9 @@
  * chunk order (z, y, x), and the directory's mesh/info; and, from the
  * fragments (read back against the digests in the indexes), each
  * segment's multi-resolution Draco mesh mesh_multires/<id>.index and
- * mesh_multires/<id>, and mesh_multires/info.
+ * mesh_multires/<id>, and mesh_multires/info; or, with "multires_sharded",
+ * those meshes as the shards mesh_multires/<shard>.shard (segment id as
+ * chunk id).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -36,6 +38,37 @@
 /* Each coarser level of the multi-resolution meshes keeps this fraction of
  * its finer level's triangles (at most; docs/mesh.md). */
 #define MULTIRES_SIMPLIFY 0.25
+
+int cnx__mesh_manifest_params(const char *text, int *sharded,
+                              cnx_sharding_target *target)
+{
+    static const char *const keys[] = {"multires_sharded", "shard_bytes",
+                                       "minishard_segments", NULL};
+    static const char what[] = "mesh-manifest: parameters";
+    int64_t bytes = 0, mini = 0;
+    json_t *js = NULL;
+    int rc;
+
+    *sharded = 0;
+    memset(target, 0, sizeof(*target));
+    rc = cnx__json_params(&js, text, keys, what);
+    if (rc == 0)
+        rc = cnx__json_param_flag(js, "multires_sharded", what, sharded);
+    if (rc == 0)
+        rc = cnx__json_param_int(js, "shard_bytes", 1, INT64_MAX, what, &bytes);
+    if (rc == 0)
+        rc = cnx__json_param_int(js, "minishard_segments", 1, 1 << 20, what,
+                                 &mini);
+    if (rc == 0 && !*sharded && (bytes > 0 || mini > 0))
+        rc = cnx_error_set(CNX_ESCHEMA, 0,
+                           "%s: shard_bytes and minishard_segments need "
+                           "\"multires_sharded\": true",
+                           what);
+    target->shard_bytes = (uint64_t)bytes;
+    target->minishard_chunks = (uint64_t)mini;
+    json_decref(js);
+    return rc;
+}
 
 /* Parameters: {} or {"simplify": fraction in (0, 1], "max_error": nm^2}. */
 static int parse_mesh_params(const char *text, cnx_mesh_simplify_opts *o)
@@ -350,7 +383,7 @@ static int write_mesh_info(cnx_stage_io *io)
 
 /* Write mesh_multires/info (neuroglancer_multilod_draco): positions in nm,
  * so the transform is the identity. */
-static int write_multires_info(cnx_stage_io *io)
+static int write_multires_info(cnx_stage_io *io, const cnx_sharding *spec)
 {
     json_t *doc =
         json_pack("{s:s, s:i, s:[iiiiiiiiiiii], s:i}", "@type",
@@ -364,6 +397,8 @@ static int write_multires_info(cnx_stage_io *io)
     properties_path(io, path, sizeof(path));
     if (doc != NULL && path[0] != '\0')
         json_object_set_new(doc, "segment_properties", json_string(path));
+    if (doc != NULL && spec != NULL)
+        json_object_set_new(doc, "sharding", cnx__json_sharding(spec));
     if (doc != NULL)
         text = cnx__json_canonical(doc);
     json_decref(doc);
@@ -398,11 +433,36 @@ static int multires_params(cnx_stage_io *io, cnx_mesh_mr_params *p)
     return 0;
 }
 
+/* The built multi-resolution meshes of a sharded write: each segment's
+ * manifest and fragment data, kept until every segment is built (the
+ * shard a segment goes to depends on the spec, chosen from the total). */
+typedef struct mr_built {
+    uint64_t id;
+    uint64_t shard;
+    uint8_t *index, *data;
+    size_t ilen, dlen;
+} mr_built;
+
+typedef struct mr_keep {
+    mr_built *v;
+    size_t n, cap;
+} mr_keep;
+
+static void mr_keep_free(mr_keep *k)
+{
+    for (size_t i = 0; i < k->n; i++) {
+        free(k->v[i].index);
+        free(k->v[i].data);
+    }
+    free(k->v);
+}
+
 /* Write mesh_multires/<id>.index and mesh_multires/<id> for the run of
  * refs with one id, from its legacy fragments (read back, digest-checked
- * against the mesh index). */
+ * against the mesh index); or, with keep, hand them to keep (the sharded
+ * form). */
 static int write_multires(cnx_stage_io *io, const cnx_mesh_mr_params *p,
-                          const frag_ref *r, size_t n)
+                          const frag_ref *r, size_t n, mr_keep *keep)
 {
     cnx_mesh *pieces = calloc(n ? n : 1, sizeof(*pieces));
     uint8_t *index = NULL, *data = NULL;
@@ -431,12 +491,33 @@ static int write_multires(cnx_stage_io *io, const cnx_mesh_mr_params *p,
         if (rc != 0)
             rc = cnx_error_wrap("mesh-manifest: segment %" PRIu64, r[0].id);
     }
+    if (rc == 0 && keep != NULL) {
+        if (keep->n == keep->cap) {
+            size_t c = keep->cap ? keep->cap * 2 : 256;
+            mr_built *v = realloc(keep->v, c * sizeof(*v));
+            if (v == NULL)
+                rc = cnx_error_set(CNX_ENOMEM, 0,
+                                   "mesh-manifest: out of memory");
+            else {
+                keep->v = v;
+                keep->cap = c;
+            }
+        }
+        if (rc == 0) {
+            keep->v[keep->n++] =
+                (mr_built){r[0].id, 0, index, data, ilen, dlen};
+            index = NULL;
+            data = NULL;
+        }
+        goto done;
+    }
     snprintf(name, sizeof(name), MULTIRES_DIR "/%" PRIu64, r[0].id);
     if (rc == 0)
         rc = cnx_stage_put(io, name, data, dlen);
     snprintf(name, sizeof(name), MULTIRES_DIR "/%" PRIu64 ".index", r[0].id);
     if (rc == 0)
         rc = cnx_stage_put(io, name, index, ilen);
+done:
     for (size_t i = 0; i < n; i++)
         cnx_mesh_free(&pieces[i]);
     free(pieces);
@@ -445,23 +526,86 @@ static int write_multires(cnx_stage_io *io, const cnx_mesh_mr_params *p,
     return rc;
 }
 
+static int cmp_built(const void *x, const void *y)
+{
+    const mr_built *a = x, *b = y;
+    if (a->shard != b->shard)
+        return a->shard < b->shard ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/*
+ * Write the kept multi-resolution meshes as shards
+ * (neuroglancer_uint64_sharded_v1, chunk id = segment id): each segment's
+ * manifest is its chunk, its fragment data stored raw immediately before
+ * the manifest (a reader finds the data's start as the manifest's offset
+ * less the sum of the fragment sizes). The spec comes from the count and
+ * the total bytes (cnx_sharding_choose_ids); shards holding no segment
+ * are not written. This one task owns every shard: each is written once.
+ */
+static int write_multires_sharded(cnx_stage_io *io, mr_keep *keep,
+                                  const cnx_sharding_target *target,
+                                  cnx_sharding *spec)
+{
+    uint64_t total = 0, minishard;
+    cnx_shard_chunk *chunks = NULL;
+    int rc;
+
+    for (size_t i = 0; i < keep->n; i++)
+        total += keep->v[i].ilen + keep->v[i].dlen;
+    rc = cnx_sharding_choose_ids(keep->n, total, target, spec);
+    if (rc == 0 && keep->n > 0 &&
+        (chunks = malloc(keep->n * sizeof(*chunks))) == NULL)
+        rc = cnx_error_set(CNX_ENOMEM, 0, "mesh-manifest: out of memory");
+    for (size_t i = 0; i < keep->n && rc == 0; i++)
+        cnx_sharding_locate(spec, keep->v[i].id, &keep->v[i].shard, &minishard);
+    if (rc == 0 && keep->n > 1)
+        qsort(keep->v, keep->n, sizeof(*keep->v), cmp_built);
+    for (size_t i = 0; i < keep->n && rc == 0;) {
+        size_t j = i;
+        uint8_t *bytes = NULL;
+        size_t len = 0;
+        char name[sizeof(MULTIRES_DIR) + CNX_SHARD_NAME_MAX + 1],
+            shard[CNX_SHARD_NAME_MAX];
+        for (; j < keep->n && keep->v[j].shard == keep->v[i].shard; j++) {
+            const mr_built *b = &keep->v[j];
+            chunks[j - i] =
+                (cnx_shard_chunk){b->id, b->index, b->ilen, b->data, b->dlen};
+        }
+        rc = cnx_shard_encode(spec, keep->v[i].shard, chunks, j - i, &bytes,
+                              &len);
+        cnx_sharding_shard_name(spec, keep->v[i].shard, shard);
+        snprintf(name, sizeof(name), MULTIRES_DIR "/%s", shard);
+        if (rc == 0)
+            rc = cnx_stage_put(io, name, bytes, len);
+        if (rc != 0)
+            rc = cnx_error_wrap("mesh-manifest: %s", name);
+        free(bytes);
+        i = j;
+    }
+    free(chunks);
+    return rc;
+}
+
 static int run_manifest(void *ctx, const cnx_task *task, cnx_stage_io *io)
 {
     const cnx_task_input *in = cnx_task_input_get(task, "index");
     cnx_mesh_mr_params mr;
+    cnx_sharding_target target;
+    cnx_sharding spec;
+    mr_keep keep = {NULL, 0, 0};
     frag_ref *refs = NULL;
     size_t n = 0, cap = 0;
-    int rc = 0;
+    int sharded = 0, rc = 0;
 
     (void)ctx;
     if (in == NULL || task->ninputs != 1)
         return cnx_error_set(CNX_ESCHEMA, 0,
                              "mesh-manifest: inputs: must be exactly one "
                              "role, \"index\" (the mesh stage's indexes)");
-    if (task->parameters != NULL && strcmp(task->parameters, "{}") != 0)
-        return cnx_error_set(CNX_ESCHEMA, 0,
-                             "mesh-manifest: parameters: must be {}");
-    rc = multires_params(io, &mr);
+    rc = cnx__mesh_manifest_params(task->parameters, &sharded, &target);
+    if (rc == 0)
+        rc = multires_params(io, &mr);
     for (size_t k = 0; k < in->nobjects && rc == 0; k++) {
         uint8_t *data = NULL;
         size_t len = 0;
@@ -479,15 +623,19 @@ static int run_manifest(void *ctx, const cnx_task *task, cnx_stage_io *io)
             j++;
         rc = write_manifest(io, refs + i, j - i);
         if (rc == 0)
-            rc = write_multires(io, &mr, refs + i, j - i);
+            rc = write_multires(io, &mr, refs + i, j - i,
+                                sharded ? &keep : NULL);
         i = j;
     }
+    if (rc == 0 && sharded)
+        rc = write_multires_sharded(io, &keep, &target, &spec);
     if (rc == 0)
         rc = write_mesh_info(io);
     if (rc == 0)
-        rc = write_multires_info(io);
+        rc = write_multires_info(io, sharded ? &spec : NULL);
     if (rc == 0)
         cnx_stage_add_voxels(io, cnx_box_voxels(&task->roi));
+    mr_keep_free(&keep);
     free(refs);
     return rc;
 }
@@ -505,5 +653,10 @@ const cnx_stage cnx_stage_mesh_manifest = {
             "each segment's multi-resolution Draco mesh\n"
             "mesh_multires/<id>.index and mesh_multires/<id>, and\n"
             "mesh_multires/info (neuroglancer_multilod_draco, unsharded).\n"
-            "Parameters: {}.",
+            "Parameters: {} or {\"multires_sharded\": true,\n"
+            "\"shard_bytes\": N, \"minishard_segments\": M}: the\n"
+            "multi-resolution meshes sharded instead (segment id as chunk\n"
+            "id, fragment data just before each manifest), as\n"
+            "mesh_multires/<shard>.shard with a \"sharding\" member in\n"
+            "mesh_multires/info. docs/mesh.md.",
 };

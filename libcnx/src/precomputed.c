@@ -465,7 +465,7 @@ static json_t *json_ivec(const int64_t *v, size_t n)
     return a;
 }
 
-static json_t *json_sharding(const cnx_sharding *sh)
+json_t *cnx__json_sharding(const cnx_sharding *sh)
 {
     json_t *js = json_object();
     json_object_set_new(js, "@type",
@@ -542,7 +542,8 @@ int cnx_info_to_json(const cnx_layer_info *info, char **out)
             json_object_set_new(s, "compressed_segmentation_block_size",
                                 json_ivec(sc->cseg_block, 3));
         if (sc->sharded)
-            json_object_set_new(s, "sharding", json_sharding(&sc->sharding));
+            json_object_set_new(s, "sharding",
+                                cnx__json_sharding(&sc->sharding));
         if (put_extra(s, sc->extra) != 0) {
             json_decref(s);
             goto bad_extra;

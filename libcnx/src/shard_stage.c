@@ -171,7 +171,7 @@ static int run_shard(void *ctx, const cnx_task *task, cnx_stage_io *io)
                            &bytes[k], &len);
         if (rc != 0)
             goto done;
-        chunks[n++] = (cnx_shard_chunk){id, bytes[k], len};
+        chunks[n++] = (cnx_shard_chunk){id, bytes[k], len, NULL, 0};
         cnx_stage_add_voxels(io, cnx_box_voxels(&boxes[k]));
     }
     rc = cnx_shard_encode(&osc->sharding, shard, chunks, n, &shard_bytes,

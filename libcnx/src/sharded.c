@@ -735,7 +735,8 @@ int cnx_shard_encode(const cnx_sharding *spec, uint64_t shard,
                                chunks[i].chunk_id, s, shard);
             goto done;
         }
-        if ((uint64_t)chunks[i].len > CNX_SHARD_MAX_CHUNK) {
+        if ((uint64_t)chunks[i].len > CNX_SHARD_MAX_CHUNK ||
+            (uint64_t)chunks[i].prefix_len > CNX_SHARD_MAX_CHUNK) {
             rc = cnx_error_set(CNX_ETOOBIG, 0,
                                "shard encode: chunk %" PRIu64
                                " of %zu bytes is over the limit",
@@ -781,7 +782,11 @@ int cnx_shard_encode(const cnx_sharding *spec, uint64_t shard,
          * first from the end of the shard index), sizes as stored. */
         for (size_t j = 0; j < k; j++) {
             const cnx_shard_chunk *c = &chunks[order[first + j].index];
-            uint64_t at = (uint64_t)b.len - index_size;
+            uint64_t at;
+            rc = out_append(&b, CNX_SHARD_ENC_RAW, c->prefix, c->prefix_len);
+            if (rc != 0)
+                goto done;
+            at = (uint64_t)b.len - index_size;
             rc = out_append(&b, spec->data_encoding, c->data, c->len);
             if (rc != 0)
                 goto done;
@@ -871,6 +876,39 @@ int cnx_sharding_choose(const uint64_t grid[3], uint64_t chunk_bytes,
     out->minishard_bits = c - p;
     out->shard_bits = total - c;
     out->hash = CNX_SHARD_HASH_IDENTITY;
+    out->minishard_index_encoding = CNX_SHARD_ENC_GZIP;
+    out->data_encoding = CNX_SHARD_ENC_RAW;
+    return 0;
+}
+
+int cnx_sharding_choose_ids(uint64_t n, uint64_t total_bytes,
+                            const cnx_sharding_target *target,
+                            cnx_sharding *out)
+{
+    uint64_t shard_bytes = CNX_SHARD_TARGET_BYTES;
+    uint64_t mini = CNX_SHARD_TARGET_MINISHARD;
+    uint64_t per_shard;
+    int sb, mb;
+
+    if (target != NULL && target->shard_bytes > 0)
+        shard_bytes = target->shard_bytes;
+    if (target != NULL && target->minishard_chunks > 0)
+        mini = target->minishard_chunks;
+    sb =
+        ceil_log2(total_bytes / shard_bytes + (total_bytes % shard_bytes != 0));
+    if (sb > ceil_log2(n))
+        sb = ceil_log2(n);
+    per_shard =
+        sb >= 64 ? 1 : (n >> sb) + ((n & (((uint64_t)1 << sb) - 1)) != 0);
+    mb = ceil_log2(per_shard / mini + (per_shard % mini != 0));
+    if (mb > 22)
+        mb = 22;
+    if (sb + mb > 64)
+        sb = 64 - mb;
+    out->preshift_bits = 0;
+    out->minishard_bits = mb;
+    out->shard_bits = sb;
+    out->hash = CNX_SHARD_HASH_MURMUR3;
     out->minishard_index_encoding = CNX_SHARD_ENC_GZIP;
     out->data_encoding = CNX_SHARD_ENC_RAW;
     return 0;

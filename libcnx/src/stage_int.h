@@ -33,4 +33,14 @@ int cnx__stage_chunks(const cnx_task *task, const cnx_grid *grid,
  */
 int cnx__shard_params(const char *text, cnx_sharding_target *target);
 
+/*
+ * The mesh-manifest stage's parameters: {} or {"multires_sharded": bool,
+ * "shard_bytes": N, "minishard_segments": M} (the targets of
+ * cnx_sharding_choose_ids; only with multires_sharded true): one parser
+ * for the stage and the planner (mesh_stage.c). NULL text: {}.
+ * @return 0; CNX_ESCHEMA naming the key.
+ */
+int cnx__mesh_manifest_params(const char *text, int *sharded,
+                              cnx_sharding_target *target);
+
 #endif

@@ -444,7 +444,14 @@ static int check_index_reduce(const cnx_plan *p, size_t s, const char *role)
 
 static int check_mesh_manifest(const cnx_plan *p, size_t s)
 {
-    return check_index_reduce(p, s, "index");
+    cnx_sharding_target target;
+    int sharded, rc = need_role(p, s, "index", 1, 0, 0);
+    if (rc == 0)
+        rc = need_ninputs(p, s, 1, "role \"index\"");
+    if (rc == 0 && cnx__mesh_manifest_params(p->wf->stages[s].parameters,
+                                             &sharded, &target) != 0)
+        rc = refuse(p, s, "%s", cnx_error_last()->message);
+    return rc;
 }
 
 static int check_synapse_edges(const cnx_plan *p, size_t s)

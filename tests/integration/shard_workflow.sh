@@ -5,8 +5,9 @@
 # shard stage's target set to 2 MiB (8 chunks of 32^3 uint64 a shard: 4
 # shards), through the real stack (broker, controller, one worker per
 # stage). Checked:
-#  0. the shipped workflow is segmentation.json's stages and the shard
-#     stage (the two files cannot drift apart);
+#  0. the shipped workflow is segmentation.json's stages (the meshes
+#     stage with "multires_sharded": true) and the shard stage (the two
+#     files cannot drift apart);
 #  1. the request is done (exit 0) with 4 shard tasks, one a shard; the
 #     sharded layer holds exactly the 4 shard files (and its info);
 #  2. the sharded layer read through cnx_layer_read (sharded_tool same)
@@ -17,7 +18,13 @@
 #  4. cnx-verify over the sharded layer and the ledger finds nothing; the
 #     shards are those sharded_tool reshard writes offline;
 #  5. a rerun into segmentation-sharded/v2 gives bit-identical shards;
-#  6. no sanitizer report in any log (an ASan+UBSan build).
+#  6. the meshes stage's multi-resolution meshes, sharded
+#     ("multires_sharded": true), read back by tests/py/multires_ref.py
+#     through tests/py/sharded_ref.py's reader with the same checks as the
+#     unsharded form; and the rerun (plain segmentation.json stages into
+#     fragments/v2 and segmentation/v2: the unsharded form) gives the same
+#     manifests and the same Draco bytes per fragment;
+#  7. no sanitizer report in any log (an ASan+UBSan build).
 # Env: CNX_BIN, CNX_SUPPORT, CNX_SOURCE, CNX_PYTHON.
 source "${CNX_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}/acceptance/lib.sh"
 SUPPORT=${CNX_SUPPORT:?CNX_SUPPORT must name the directory of the test support programs}
@@ -33,12 +40,29 @@ mkdir -p "$WORK/wf"
 import json, sys
 d = json.load(open(sys.argv[1]))
 plain = json.load(open(sys.argv[3]))["stages"]
-if [s for s in d["stages"] if s["worker"] != "shard"] != plain:
+ours = [dict(s) for s in d["stages"] if s["worker"] != "shard"]
+for s in ours:
+    if s["worker"] == "mesh-manifest":
+        if s["parameters"] != {"multires_sharded": True}:
+            print("segmentation-sharded.json's meshes stage does not shard "
+                  "the multi-resolution meshes")
+        s["parameters"] = {}
+if ours != plain:
     print("segmentation-sharded.json's stages differ from segmentation.json's")
 shard = [s for s in d["stages"] if s["worker"] == "shard"][0]
 shard["parameters"] = {"shard_bytes": 2097152}
+# meshes: shards of about 64 KiB, so that the demo's meshes fill several
+meshes = [s for s in d["stages"] if s["worker"] == "mesh-manifest"][0]
+meshes["parameters"] = {"multires_sharded": True, "shard_bytes": 65536,
+                        "minishard_segments": 4}
 json.dump(d, open(sys.argv[2] + "/seg-sharded.json", "w"))
+# the rerun: the plain stages (unsharded meshes) into v2 layers
 shard["output"]["layer"] = "segmentation-sharded/v2"
+meshes["parameters"] = {}
+for s in d["stages"]:
+    s["output"]["layer"] = s["output"]["layer"].replace(
+        "segmentation/v1", "segmentation/v2").replace(
+        "fragments/v1", "fragments/v2")
 d["name"] = "seg-sharded-again"
 json.dump(d, open(sys.argv[2] + "/seg-sharded-again.json", "w"))
 PY
@@ -117,10 +141,31 @@ check "cnx-verify finds nothing (exit $vrc: $(tail -n1 "$WORK/verify.out"))" [ "
 check "the same shards as sharded_tool reshard (the rule and encoder offline)" \
   diff -r "$SH/$KEY" "$WORK/resharded/$KEY"
 
+MR=$DATA/segmentation/v1/mesh_multires
+check "mesh_multires/info has a murmurhash3 sharding member" \
+  "$PY" -c 'import json, sys; s = json.load(open(sys.argv[1]))["sharding"]; assert s["hash"] == "murmurhash3_x86_128" and s["data_encoding"] == "raw"' "$MR/info"
+check "mesh_multires holds shard files only ($(ls "$MR" | wc -l) files), more than one" \
+  bash -c '[ -z "$(ls "$1" | grep -v "\.shard$" | grep -vx info)" ] && [ "$(ls "$1" | grep -c "\.shard$")" -gt 1 ]' _ "$MR"
+check "multires_ref.py reads the sharded multi-resolution meshes (level 0 closed, the legacy mesh, fewer triangles per level)" \
+  "$PY" "$SRC/tests/py/multires_ref.py" "$DATA/segmentation/v1" \
+  --fragments "$WORK/frag-sharded.json" --report "$WORK/mr-sharded.json"
+check "multires_ref.py fails on a copy whose sharding says identity hash" bash -c '
+  bad=$2/bad-mr; rm -rf "$bad"; mkdir -p "$bad"
+  cp -r "$1/mesh" "$1/mesh_multires" "$bad/"
+  "$3" -c "import json, sys; p = sys.argv[1]; d = json.load(open(p)); d[\"sharding\"][\"hash\"] = \"identity\"; json.dump(d, open(p, \"w\"))" "$bad/mesh_multires/info"
+  ! "$3" "$4" "$bad" >/dev/null 2>&1' _ "$DATA/segmentation/v1" "$WORK" "$PY" "$SRC/tests/py/multires_ref.py"
+
 reprocess seg-sharded-again r2
 check "the rerun is done (rc $RC: $(tail -n1 "$WORK/r2.err"))" [ "$RC" -eq 0 ]
 check "the rerun's shards are bit-identical" \
   diff -r "$SH/$KEY" "$DATA/segmentation-sharded/v2/$KEY"
+check "the rerun's multi-resolution meshes are unsharded ($DATA/segmentation/v2/mesh_multires)" \
+  bash -c '! grep -q sharding "$1/info" && ls "$1" | grep -q "\.index$"' _ "$DATA/segmentation/v2/mesh_multires"
+check "multires_ref.py reads the unsharded ones" \
+  "$PY" "$SRC/tests/py/multires_ref.py" "$DATA/segmentation/v2" \
+  --fragments "$WORK/frag-plain.json"
+check "sharded and unsharded: the same segments, manifests and Draco bytes per fragment ($(jq_py "$WORK/mr-sharded.json" 'd["segments"]' 2>/dev/null) segments)" \
+  cmp "$WORK/frag-sharded.json" "$WORK/frag-plain.json"
 stop_workers
 check "no sanitizer report in the workers' and the controller's logs" \
   bash -c '! grep -lE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$1"/*.log' _ "$WORK"

@@ -1,11 +1,22 @@
 #!/usr/bin/env python3
 """Independent reader of Neuroglancer multi-resolution meshes
-(neuroglancer_multilod_draco, unsharded), written from the precomputed
-format description, with Draco's own draco_decoder (Debian's package
-`draco`) for the fragments.
+(neuroglancer_multilod_draco, unsharded or sharded), written from the
+precomputed format description, with Draco's own draco_decoder (Debian's
+package `draco`) for the fragments and tests/py/sharded_ref.py (the
+sharded format's reader, from its spec) for the shards.
 
 usage: multires_ref.py LAYER_DIR [--multires mesh_multires] [--legacy mesh]
-                       [--report out.json]
+                       [--report out.json] [--fragments out.json]
+
+Unsharded: a manifest <id>.index and a data file <id> per segment.
+Sharded (info has "sharding"): the shard files <hex>.shard only; each
+segment's manifest is the chunk whose id is the segment id, and its
+fragment data lie immediately before the manifest in the same shard (start:
+the manifest's offset less the sum of the fragment sizes), stored raw; that
+span must lie after the shard index and overlap no other segment's
+manifest or data. --fragments writes, per segment, the sha256 of its
+manifest and of each fragment in manifest order (the same for the two forms
+of the same meshes).
 
 Checks, for every segment with a manifest <id>.index:
 - info: @type neuroglancer_multilod_draco, vertex_quantization_bits 10 or
@@ -26,6 +37,7 @@ Checks, for every segment with a manifest <id>.index:
   decreases.
 Prints one line per failure and a summary; exits 1 on any failure.
 """
+import hashlib
 import json
 import os
 import struct
@@ -36,11 +48,15 @@ import tempfile
 import numpy as np
 from scipy.spatial import cKDTree
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sharded_ref  # noqa: E402
+
 args = sys.argv[1:]
 if not args:
     sys.exit(__doc__)
 layer = args[0]
-opt = {"--multires": "mesh_multires", "--legacy": "mesh", "--report": None}
+opt = {"--multires": "mesh_multires", "--legacy": "mesh", "--report": None,
+       "--fragments": None}
 i = 1
 while i < len(args):
     if args[i] not in opt or i + 1 >= len(args):
@@ -158,7 +174,64 @@ legacy_info = json.load(open(os.path.join(ldir, "info")))
 if legacy_info.get("@type") != "neuroglancer_legacy_mesh":
     fail("legacy info: @type %r" % legacy_info.get("@type"))
 
-ids = sorted(int(f[:-6]) for f in os.listdir(mdir) if f.endswith(".index"))
+
+def read_sharded(spec):
+    """{segment id: (manifest bytes, fragment data bytes)} from the shards."""
+    out, base = {}, 16 << spec["minishard_bits"]
+    for name in sorted(os.listdir(mdir)):
+        if name == "info":
+            continue
+        if not name.endswith(".shard"):
+            fail("sharded: %s: not a shard file" % name)
+            continue
+        path = os.path.join(mdir, name)
+        blob = open(path, "rb").read()
+        spans = []
+        for m in range(1 << spec["minishard_bits"]):
+            entries = sharded_ref.read_minishard(spec, path, blob, m)
+            for sid, pos, size in entries:
+                where = sharded_ref.locate(spec, sid)
+                if where != (int(name[:-6], 16), m) or \
+                        sharded_ref.shard_name(spec, where[0]) != name:
+                    fail("sharded: %s: segment %d in the wrong shard or "
+                         "minishard" % (name, sid))
+                man = sharded_ref.decode(spec["data_encoding"],
+                                         blob[pos:pos + size],
+                                         "%s segment %d" % (name, sid))
+                what = "%s segment %d" % (name, sid)
+                try:
+                    total = sum(sum(x) for x in parse_index(man, what)["sizes"])
+                except ValueError as e:
+                    fail(str(e))
+                    continue
+                if pos - total < base:
+                    fail("sharded: %s: segment %d's fragment data would start "
+                         "before the end of the shard index" % (name, sid))
+                    continue
+                if sid in out:
+                    fail("sharded: segment %d stored twice" % sid)
+                out[sid] = (man, blob[pos - total:pos])
+                spans.append((pos - total, pos + size, sid))
+        spans.sort()
+        for a, b in zip(spans, spans[1:]):
+            if a[1] > b[0]:
+                fail("sharded: %s: segments %d and %d overlap"
+                     % (name, a[2], b[2]))
+    return out
+
+
+sharded = None
+if "sharding" in info:
+    try:
+        sharded = read_sharded(info["sharding"])
+    except (sharded_ref.ShardError, OSError, ValueError, KeyError,
+            struct.error) as e:
+        fail("sharded: %s" % e)
+        sharded = {}
+    ids = sorted(sharded)
+else:
+    ids = sorted(int(f[:-6]) for f in os.listdir(mdir) if f.endswith(".index"))
+fragments = {}
 legacy_ids = sorted(int(f[:-2]) for f in os.listdir(ldir)
                     if f.endswith(":0") and f[:-2].isdigit())
 if ids != legacy_ids:
@@ -170,8 +243,12 @@ worst_step = 0.0
 with tempfile.TemporaryDirectory() as tmp:
     for sid in ids:
         name = "%d.index" % sid
-        ib = open(os.path.join(mdir, name), "rb").read()
-        data = open(os.path.join(mdir, str(sid)), "rb").read()
+        if sharded is not None:
+            ib, data = sharded[sid]
+        else:
+            ib = open(os.path.join(mdir, name), "rb").read()
+            data = open(os.path.join(mdir, str(sid)), "rb").read()
+        fragments[str(sid)] = [hashlib.sha256(ib).hexdigest()]
         multires_bytes += len(ib) + len(data)
         try:
             m = parse_index(ib, name)
@@ -194,6 +271,7 @@ with tempfile.TemporaryDirectory() as tmp:
             for k, (p, n) in enumerate(zip(m["pos"][lod], m["sizes"][lod])):
                 blob = data[at:at + n]
                 at += n
+                fragments[str(sid)].append(hashlib.sha256(blob).hexdigest())
                 if lod + 1 < m["num_lods"] and tuple((p >> 1).tolist()) not in cells[lod + 1]:
                     fail("%d: lod %d cell %s has no parent" % (sid, lod, p.tolist()))
                 try:
@@ -267,6 +345,7 @@ for a in range(1, len(lods)):
              % (a, per_lod[a][1], a - 1, per_lod[a - 1][1]))
 report = {
     "segments": len(ids),
+    "sharded": sharded is not None,
     "legacy": {"bytes": legacy_bytes, "triangles": legacy_tris},
     "multires": {"bytes": multires_bytes,
                  "lods": [{"lod": l, "fragments": per_lod[l][0],
@@ -275,6 +354,9 @@ report = {
     "level0_vs_legacy_worst_in_steps": round(worst_step, 4),
     "failures": len(failures),
 }
+if opt["--fragments"]:
+    with open(opt["--fragments"], "w") as f:
+        json.dump(fragments, f, indent=0, sort_keys=True)
 if opt["--report"]:
     with open(opt["--report"], "w") as f:
         json.dump(report, f, indent=1)

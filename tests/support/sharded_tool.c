@@ -592,7 +592,8 @@ static int write_set(const char *dir)
             bad = 1;
             break;
         }
-        chunks[n] = (cnx_shard_chunk){id, (const uint8_t *)bytes[n], len};
+        chunks[n] =
+            (cnx_shard_chunk){id, (const uint8_t *)bytes[n], len, NULL, 0};
         {
             uint64_t m;
             cnx_sharding_locate(&spec, id, &shard_of[n], &m);
@@ -793,7 +794,8 @@ static int reshard(const char *src, const char *dst, const char *bytes_arg,
                     keep[k] = slurp(file, &clen);
                     if (keep[k] == NULL)
                         continue; /* a chunk never written stays absent */
-                    mine[k] = (cnx_shard_chunk){id, (uint8_t *)keep[k], clen};
+                    mine[k] = (cnx_shard_chunk){id, (uint8_t *)keep[k], clen,
+                                                NULL, 0};
                     k++;
                 }
         if (k > 0) {

@@ -220,11 +220,16 @@ int cnx_sharded_store_read(void *ctx, const char *shard_name, uint64_t offset,
 
 /* --- write side ---------------------------------------------------------- */
 
-/* One chunk given to the encoder: its id and its (unencoded) bytes. */
+/* One chunk given to the encoder: its id and its (unencoded) bytes, and
+ * optionally bytes stored raw immediately before them that no minishard
+ * index entry covers (the fragment data of a sharded multi-resolution
+ * mesh, which precede its manifest: docs/formats.md). */
 typedef struct cnx_shard_chunk {
     uint64_t chunk_id;
     const uint8_t *data; /* borrowed; may be NULL when len is 0 */
     size_t len;
+    const uint8_t *prefix; /* borrowed; NULL when prefix_len is 0 */
+    size_t prefix_len;
 } cnx_shard_chunk;
 
 /* The gzip level of the encoder (fixed: the same chunks give the same
@@ -234,7 +239,8 @@ typedef struct cnx_shard_chunk {
 /**
  * Encode shard file shard of spec from n chunks (any order). Layout: the
  * shard index, then minishard by minishard in increasing order, its chunks
- * by increasing id (each stored per data_encoding) followed by its
+ * by increasing id (each stored per data_encoding, after its prefix, stored
+ * raw, if any) followed by its
  * minishard index (ids delta-coded, offsets from the end of the previous
  * chunk, sizes; per minishard_index_encoding). Deterministic: gzip at
  * CNX_SHARD_GZIP_LEVEL with mtime 0, no name, OS byte 255, so the input
@@ -281,6 +287,24 @@ typedef struct cnx_sharding_target {
  */
 int cnx_sharding_choose(const uint64_t grid[3], uint64_t chunk_bytes,
                         const cnx_sharding_target *target, cnx_sharding *out);
+
+/**
+ * Choose a sharding spec for n ids that are not grid positions (segment
+ * ids: of meshes, skeletons), holding total_bytes in all (as stored):
+ * murmurhash3_x86_128 hash, preshift_bits 0, so ids spread evenly over
+ * shards and minishards whatever their values;
+ *   shard_bits = ceil(log2(ceil(total_bytes / shard_bytes))), at most
+ *       ceil(log2 n): a shard holds about shard_bytes;
+ *   minishard_bits = ceil(log2(ceil(n / 2^shard_bits / minishard_chunks))),
+ *       at most 22: a minishard lists about minishard_chunks ids;
+ *   shard_bits + minishard_bits at most 64.
+ * Minishard index: gzip; data: raw (a mesh's fragments are read from the
+ * shard by byte range, so they cannot be compressed as a whole).
+ * @return 0 (n 0 gives a spec of one shard and one minishard).
+ */
+int cnx_sharding_choose_ids(uint64_t n, uint64_t total_bytes,
+                            const cnx_sharding_target *target,
+                            cnx_sharding *out);
 
 /**
  * The block of the chunk grid that one shard of a spec chosen by

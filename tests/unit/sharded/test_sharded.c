@@ -690,8 +690,8 @@ static void test_sharded__encode_refuses_foreign_and_repeated_chunks(void **st)
     cnx_sharding spec = {
         0, 1, 2, CNX_SHARD_HASH_IDENTITY, CNX_SHARD_ENC_RAW, CNX_SHARD_ENC_RAW};
     /* identity: id 5 = shard 2 minishard 1; id 4 = shard 2 minishard 0 */
-    cnx_shard_chunk c[2] = {{5, (const uint8_t *)"ab", 2},
-                            {4, (const uint8_t *)"cd", 2}};
+    cnx_shard_chunk c[2] = {{5, (const uint8_t *)"ab", 2, NULL, 0},
+                            {4, (const uint8_t *)"cd", 2, NULL, 0}};
     uint8_t *out;
     size_t len;
     (void)st;
@@ -806,7 +806,7 @@ static void test_sharded__chosen_shards_are_grid_blocks(void **st)
                 assert_int_equal(m, (id >> 1) & 3);
                 memcpy(bytes[n],
                        (uint8_t[]){(uint8_t)x, (uint8_t)y, (uint8_t)z, 9}, 4);
-                c[n] = (cnx_shard_chunk){id, bytes[n], 4};
+                c[n] = (cnx_shard_chunk){id, bytes[n], 4, NULL, 0};
                 n++;
             }
     encode_all(&spec, c, n, &ms);
@@ -822,6 +822,86 @@ static void test_sharded__chosen_shards_are_grid_blocks(void **st)
         free(got);
     }
     mems_free(&ms);
+}
+
+/* A prefix is stored raw immediately before its chunk, outside every
+ * minishard index entry: the chunk reads back alone, and the prefix is
+ * the prefix_len bytes before the chunk's offset (how a sharded
+ * multi-resolution mesh stores fragment data before its manifest). */
+static void test_sharded__encode_places_prefix_just_before_chunk(void **st)
+{
+    cnx_sharding spec = {
+        0, 1, 0, CNX_SHARD_HASH_MURMUR3, CNX_SHARD_ENC_GZIP, CNX_SHARD_ENC_RAW};
+    static const char *const pre[3] = {"fragments-a", "", "frag-c-longer"};
+    static const char *const man[3] = {"MANIFEST-A", "M-B", "manifest c"};
+    cnx_shard_chunk c[3];
+    uint8_t *out = NULL;
+    size_t len = 0;
+    (void)st;
+    for (int i = 0; i < 3; i++)
+        c[i] = (cnx_shard_chunk){(uint64_t)(1000 + 77 * i),
+                                 (const uint8_t *)man[i], strlen(man[i]),
+                                 (const uint8_t *)pre[i], strlen(pre[i])};
+    assert_int_equal(cnx_shard_encode(&spec, 0, c, 3, &out, &len), 0);
+    for (int i = 0; i < 3; i++) {
+        uint64_t shard, m;
+        cnx_minishard_entry *e = NULL;
+        size_t n = 0, k;
+        mem_shard ms = {out, len};
+        uint8_t *got = NULL;
+        size_t glen = 0;
+        cnx_sharding_locate(&spec, c[i].chunk_id, &shard, &m);
+        assert_int_equal(cnx_sharded_read_minishard(&spec, shard, m, mem_read,
+                                                    &ms, &e, &n),
+                         0);
+        for (k = 0; k < n && e[k].chunk_id != c[i].chunk_id; k++)
+            ;
+        assert_true(k < n);
+        assert_int_equal(e[k].size, strlen(man[i]));
+        assert_true(e[k].offset >= 16 * 2 + strlen(pre[i]));
+        assert_memory_equal(out + e[k].offset - strlen(pre[i]), pre[i],
+                            strlen(pre[i]));
+        assert_int_equal(cnx_sharded_read_chunk(&spec, c[i].chunk_id,
+                                                mem_read, &ms, &got, &glen),
+                         0);
+        assert_int_equal(glen, strlen(man[i]));
+        assert_memory_equal(got, man[i], glen);
+        free(got);
+        free(e);
+    }
+    free(out);
+}
+
+/* cnx_sharding_choose_ids: the rule of sharded.h, case by case. */
+static void test_sharded__choose_ids_follows_the_documented_rule(void **st)
+{
+    static const struct {
+        uint64_t n, bytes, shard_bytes, mini;
+        int sb, mb;
+    } cases[] = {
+        {0, 0, 0, 0, 0, 0},
+        {1, 5, 0, 0, 0, 0},
+        {64, 1000, 0, 0, 0, 0},
+        {65, 1000, 0, 0, 0, 1},
+        {1000, 1000, 100, 8, 4, 3},  /* 10 shards -> 16; 63 ids -> 8 mini */
+        {3, 1 << 30, 1, 0, 2, 0},    /* no more shards than ids */
+        {4096, 4096, 1 << 20, 1, 0, 12},
+        {1u << 30, 1, 0, 1, 0, 22},  /* shard index capped at 64 MiB */
+    };
+    (void)st;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cnx_sharding_target t = {cases[i].shard_bytes, cases[i].mini};
+        cnx_sharding spec;
+        assert_int_equal(
+            cnx_sharding_choose_ids(cases[i].n, cases[i].bytes, &t, &spec), 0);
+        assert_int_equal(spec.shard_bits, cases[i].sb);
+        assert_int_equal(spec.minishard_bits, cases[i].mb);
+        assert_int_equal(spec.preshift_bits, 0);
+        assert_int_equal(spec.hash, CNX_SHARD_HASH_MURMUR3);
+        assert_int_equal(spec.minishard_index_encoding, CNX_SHARD_ENC_GZIP);
+        assert_int_equal(spec.data_encoding, CNX_SHARD_ENC_RAW);
+        assert_int_equal(cnx_sharding_check(&spec), 0);
+    }
 }
 
 int main(void)
@@ -844,6 +924,8 @@ int main(void)
             test_sharded__encode_refuses_foreign_and_repeated_chunks),
         cmocka_unit_test(test_sharded__choose_follows_the_documented_rule),
         cmocka_unit_test(test_sharded__chosen_shards_are_grid_blocks),
+        cmocka_unit_test(test_sharded__encode_places_prefix_just_before_chunk),
+        cmocka_unit_test(test_sharded__choose_ids_follows_the_documented_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

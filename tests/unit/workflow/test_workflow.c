@@ -1973,6 +1973,16 @@ static const struct {
      "workflow segmentation: stage relabel: input mapping: the segment-join "
      "worker (stage join) writes its per-chunk objects under "
      "\"agglomeration\", not \"maps\"; set \"objects\": \"agglomeration\""},
+    {"\"part\": \"mesh\"},\n      \"parameters\": {},",
+     "\"part\": \"mesh\"}, \"parameters\": {\"shard_bytes\": 4096},",
+     CNX_DT_UINT8,
+     "workflow segmentation: stage meshes: mesh-manifest: parameters: "
+     "shard_bytes and minishard_segments need \"multires_sharded\": true"},
+    {"\"part\": \"mesh\"},\n      \"parameters\": {},",
+     "\"part\": \"mesh\"}, \"parameters\": {\"multires_sharded\": 2},",
+     CNX_DT_UINT8,
+     "workflow segmentation: stage meshes: mesh-manifest: parameters."
+     "multires_sharded: must be"},
 };
 
 static void test_workflow__worker_checks_refuse_at_plan_time(void **state)
