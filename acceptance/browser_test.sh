@@ -6,7 +6,8 @@
 # chromium is missing).
 #  1. A small cnx-synth volume (CNX_NG_SHAPE, default 256,256,128: 2 x 2 x 1 chunks) through
 #     the `predictions` workflow on the real stack (broker, controller, a
-#     worker per stage): segmentation, meshes, synapses.
+#     worker per stage): segmentation, meshes (the multi-resolution ones
+#     sharded), synapses.
 #  2. Two local servers (scripts/serve.py, CORS, byte ranges): one for the
 #     bundle, one for the layers, so every layer read is a cross-origin one.
 #  3. acceptance/ng_browser_check.js opens Neuroglancer with a state that
@@ -70,10 +71,23 @@ for s in "segment segment" "segment segment-join" "segment segment-relabel" \
   set -- $s
   start_stage_worker "cnx-$1" "$2" "$2-1"
 done
+# predictions as shipped, but with the multi-resolution meshes sharded
+# (mesh-manifest's "multires_sharded"): Neuroglancer must read the sharded
+# form (the unsharded one holds the same Draco fragments:
+# tests/integration/shard_workflow.sh).
+mkdir -p "$WORK/wf"
+"$PY" - "$SRC/workflows/predictions.json" "$WORK/wf/predictions.json" <<'PY'
+import json, sys
+wf = json.load(open(sys.argv[1]))
+st = [s for s in wf["stages"] if s["worker"] == "mesh-manifest"]
+assert len(st) == 1
+st[0].setdefault("parameters", {})["multires_sharded"] = True
+json.dump(wf, open(sys.argv[2], "w"), indent=1)
+PY
 t0=$SECONDS
 set +e
 "$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow predictions \
-  --workflows "$SRC/workflows" --dataset "file://$DATA" --roi "0,0,0,$SHAPE" \
+  --workflows "$WORK/wf" --dataset "file://$DATA" --roi "0,0,0,$SHAPE" \
   --request ng-pred --wait --json --timeout 600 >"$WORK/pred.json" 2>"$WORK/pred.err"
 RC=$?
 set -e
@@ -81,6 +95,12 @@ echo "predictions on $SHAPE: $((SECONDS - t0)) s"
 check "predictions exits 0 (rc $RC)" [ "$RC" -eq 0 ]
 stop_workers
 [ "$RC" -eq 0 ] || { cat "$WORK/pred.err" >&2; finish; exit 1; }
+check "the multi-resolution meshes Neuroglancer reads are sharded ($(ls "$DATA/$MULTIRES" | grep -c '\.shard$') shards, no .index)" \
+  "$PY" -c 'import json, os, sys
+d = sys.argv[1]
+assert json.load(open(os.path.join(d, "info")))["sharding"]["@type"] == "neuroglancer_uint64_sharded_v1"
+names = os.listdir(d)
+assert any(n.endswith(".shard") for n in names) and not any(n.endswith(".index") for n in names)' "$DATA/$MULTIRES"
 
 # 2. The servers: the bundle and the layers on two origins.
 serve() { # dir, name -> sets PORT
