@@ -356,14 +356,14 @@ static void properties_path(cnx_stage_io *io, char *out, size_t cap)
 }
 
 /*
- * Write mesh/info, the legacy mesh directory's info: its type and, where
- * the layer has segment properties, their directory relative to mesh/
- * (Neuroglancer reads them when mesh/ is loaded as a source on its own).
- * The one task of this reduce owns the directory, so it writes it once.
+ * Put a mesh directory's info: doc (taken), with the layer's segment
+ * properties, where it has them, as a path relative to the directory
+ * (Neuroglancer reads them when the directory is loaded as a source on its
+ * own). The one task of this reduce owns the directories, so it writes
+ * each info once.
  */
-static int write_mesh_info(cnx_stage_io *io)
+static int put_mesh_dir_info(cnx_stage_io *io, json_t *doc, const char *name)
 {
-    json_t *doc = json_pack("{s:s}", "@type", "neuroglancer_legacy_mesh");
     char path[CNX_SCALE_KEY_MAX + 4];
     char *text = NULL;
     int rc;
@@ -376,13 +376,21 @@ static int write_mesh_info(cnx_stage_io *io)
     json_decref(doc);
     if (text == NULL)
         return cnx_error_set(CNX_ENOMEM, 0, "mesh-manifest: out of memory");
-    rc = cnx_stage_put(io, "mesh/info", text, strlen(text));
+    rc = cnx_stage_put(io, name, text, strlen(text));
     free(text);
     return rc;
 }
 
-/* Write mesh_multires/info (neuroglancer_multilod_draco): positions in nm,
- * so the transform is the identity. */
+/* mesh/info: the legacy mesh directory's. */
+static int write_mesh_info(cnx_stage_io *io)
+{
+    return put_mesh_dir_info(
+        io, json_pack("{s:s}", "@type", "neuroglancer_legacy_mesh"),
+        "mesh/info");
+}
+
+/* mesh_multires/info (neuroglancer_multilod_draco): positions in nm, so
+ * the transform is the identity; spec: its sharding, or NULL. */
 static int write_multires_info(cnx_stage_io *io, const cnx_sharding *spec)
 {
     json_t *doc =
@@ -390,23 +398,9 @@ static int write_multires_info(cnx_stage_io *io, const cnx_sharding *spec)
                   "neuroglancer_multilod_draco", "vertex_quantization_bits",
                   CNX_MESH_MR_BITS, "transform", 1, 0, 0, 0, 0, 1, 0, 0, 0, 0,
                   1, 0, "lod_scale_multiplier", 1);
-    char path[CNX_SCALE_KEY_MAX + 4];
-    char *text = NULL;
-    int rc;
-
-    properties_path(io, path, sizeof(path));
-    if (doc != NULL && path[0] != '\0')
-        json_object_set_new(doc, "segment_properties", json_string(path));
     if (doc != NULL && spec != NULL)
         json_object_set_new(doc, "sharding", cnx__json_sharding(spec));
-    if (doc != NULL)
-        text = cnx__json_canonical(doc);
-    json_decref(doc);
-    if (text == NULL)
-        return cnx_error_set(CNX_ENOMEM, 0, "mesh-manifest: out of memory");
-    rc = cnx_stage_put(io, MULTIRES_DIR "/info", text, strlen(text));
-    free(text);
-    return rc;
+    return put_mesh_dir_info(io, doc, MULTIRES_DIR "/info");
 }
 
 /* The octree of the multi-resolution meshes: level-0 cells are the
