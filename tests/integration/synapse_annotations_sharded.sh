@@ -18,7 +18,12 @@
 #  4. the request again: every repeated task bit-identical;
 #  5. negative controls, on a copy: a flipped byte in a by_id shard, a
 #     missing rel_post_synaptic_cell shard and an info without the
-#     sharding of by_id each make the reader fail.
+#     sharding of by_id each make the reader fail;
+#  6. a larger collection (5000 synapses from a seeded generator over
+#     3000 x 3000 x 100 voxels, 9 spatial cells), written by
+#     tests/support/annotation_tool: sharded, its by_id index has 2^7
+#     minishards and the reader recovers the table exactly; written with
+#     "auto" it is unsharded (below 100000 synapses) and the reader agrees.
 source "${CNX_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}/acceptance/lib.sh"
 DATA=$WORK/data
 REF=$SRC/tests/py/annotations_ref.py
@@ -130,4 +135,35 @@ check "an info that drops by_id.sharding is found" broken noinfo '
 import json, os, sys
 p = os.path.join(sys.argv[1], "info"); i = json.load(open(p)); del i["by_id"]["sharding"]
 open(p, "w").write(json.dumps(i))'
+
+# ---- 6. a collection of many minishards
+"$PY" -c '
+import json, random, sys
+rng = random.Random(17); seen = set(); out = []
+while len(out) < 5000:
+    x, y, z = rng.randrange(3, 2997), rng.randrange(0, 3000), rng.randrange(0, 100)
+    if (x, y, z) in seen:
+        continue
+    seen.add((x, y, z))
+    sid = 1 + (x | y << 21 | z << 42)
+    out.append({"id": sid, "site": [x, y, z], "site_nm": [8 * x, 8 * y, 40 * z],
+                "size": rng.randrange(1, 5000), "score": rng.randrange(0, 1000001) / 1e6,
+                "pre_id": rng.choice([0, rng.randrange(1, 400)]), "pre_site": [x - 2, y, z],
+                "post_id": rng.randrange(1, 1 << 40), "post_site": [x + 3, y, z]})
+out.sort(key=lambda s: s["id"])
+with open(sys.argv[1], "w") as f:
+    for s in out:
+        f.write(json.dumps(s, sort_keys=True, separators=(",", ":")) + "\n")' "$WORK/big.jsonl"
+TOOL=${CNX_SUPPORT:?CNX_SUPPORT must name build/tests/support}/annotation_tool
+check "annotation_tool writes 5000 synapses sharded" "$TOOL" "$WORK/big.jsonl" "$WORK/big-on" 3000,3000,100 on
+check "its by_id index has 2^7 minishards in one shard" "$PY" -c '
+import json, sys
+sh = json.load(open(sys.argv[1]))["by_id"]["sharding"]
+print("  by_id: %d minishard bits, %d shard bits" % (sh["minishard_bits"], sh["shard_bits"]))
+assert (sh["minishard_bits"], sh["shard_bits"]) == (7, 0), sh' "$WORK/big-on/info"
+check "annotations_ref.py --sharded yes: 5000 synapses recovered exactly" \
+  "$PY" "$REF" "$WORK/big-on" "$WORK/big.jsonl" --resolution 8,8,40 --sharded yes
+check "annotation_tool writes them with auto" "$TOOL" "$WORK/big.jsonl" "$WORK/big-auto" 3000,3000,100 auto
+check "annotations_ref.py --sharded no: auto below 100000 synapses is unsharded, same table" \
+  "$PY" "$REF" "$WORK/big-auto" "$WORK/big.jsonl" --resolution 8,8,40 --sharded no
 finish
