@@ -22,6 +22,7 @@
 
 #include "cnx/annotation.h"
 #include "cnx/error.h"
+#include "cnx/synapse_io.h"
 #include "cnx_test.h"
 
 static uint32_t u32_at(const uint8_t *p)
@@ -433,6 +434,33 @@ static void test_annotation__sharded(void **state)
     free(s);
 }
 
+static void test_annotation__edges_params(void **state)
+{
+    cnx_annotation_layout l = CNX_ANNOTATION_SHARDED;
+    (void)state;
+    assert_int_equal(cnx_synapse_edges_params_parse(NULL, &l), 0);
+    assert_int_equal(l, CNX_ANNOTATION_AUTO);
+    assert_int_equal(cnx_synapse_edges_params_parse("{}", &l), 0);
+    assert_int_equal(l, CNX_ANNOTATION_AUTO);
+    assert_int_equal(
+        cnx_synapse_edges_params_parse("{\"annotation_sharding\":\"on\"}", &l),
+        0);
+    assert_int_equal(l, CNX_ANNOTATION_SHARDED);
+    assert_int_equal(
+        cnx_synapse_edges_params_parse("{\"annotation_sharding\":\"off\"}", &l),
+        0);
+    assert_int_equal(l, CNX_ANNOTATION_UNSHARDED);
+    assert_int_equal(
+        cnx_synapse_edges_params_parse("{\"annotation_sharding\":true}", &l),
+        CNX_ESCHEMA);
+    assert_non_null(
+        strstr(cnx_error_last()->message,
+               "synapse-edges: parameters.annotation_sharding: must be"));
+    assert_int_equal(cnx_synapse_edges_params_parse("{\"shard\":1}", &l),
+                     CNX_ESCHEMA);
+    assert_null(strchr(cnx_error_last()->message, '\n'));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -444,6 +472,7 @@ int main(void)
         cmocka_unit_test(test_annotation__refusals),
         cmocka_unit_test(test_annotation__sharding_rule),
         cmocka_unit_test(test_annotation__sharded),
+        cmocka_unit_test(test_annotation__edges_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
