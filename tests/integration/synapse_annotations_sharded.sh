@@ -23,7 +23,9 @@
 #     3000 x 3000 x 100 voxels, 9 spatial cells), written by
 #     tests/support/annotation_tool: sharded, its by_id index has 2^7
 #     minishards and the reader recovers the table exactly; written with
-#     "auto" it is unsharded (below 100000 synapses) and the reader agrees.
+#     "auto" it is unsharded (below 100000 synapses) and the reader agrees;
+#  7. no sanitizer report in the workers' and the controller's logs (an
+#     ASan+UBSan build).
 source "${CNX_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}/acceptance/lib.sh"
 DATA=$WORK/data
 REF=$SRC/tests/py/annotations_ref.py
@@ -166,4 +168,9 @@ check "annotations_ref.py --sharded yes: 5000 synapses recovered exactly" \
 check "annotation_tool writes them with auto" "$TOOL" "$WORK/big.jsonl" "$WORK/big-auto" 3000,3000,100 auto
 check "annotations_ref.py --sharded no: auto below 100000 synapses is unsharded, same table" \
   "$PY" "$REF" "$WORK/big-auto" "$WORK/big.jsonl" --resolution 8,8,40 --sharded no
+
+# ---- 7. sanitizers
+stop_workers
+check "no sanitizer report in the workers' and the controller's logs" \
+  bash -c '! grep -lE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$1"/*.log' _ "$WORK"
 finish
