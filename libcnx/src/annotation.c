@@ -281,8 +281,37 @@ static json_t *property(const char *id, const char *type, const char *desc)
     return json_pack("{ss ss ss}", "id", id, "type", type, "description", desc);
 }
 
+static json_t *sharding_json(const cnx_sharding *sh)
+{
+    return json_pack(
+        "{ss si si si ss ss ss}", "@type", "neuroglancer_uint64_sharded_v1",
+        "preshift_bits", sh->preshift_bits, "minishard_bits",
+        sh->minishard_bits, "shard_bits", sh->shard_bits, "hash",
+        sh->hash == CNX_SHARD_HASH_MURMUR3 ? "murmurhash3_x86_128" : "identity",
+        "minishard_index_encoding",
+        sh->minishard_index_encoding == CNX_SHARD_ENC_GZIP ? "gzip" : "raw",
+        "data_encoding",
+        sh->data_encoding == CNX_SHARD_ENC_GZIP ? "gzip" : "raw");
+}
+
+/* An index's {"key"} (and "sharding" when specs is not NULL) member. */
+static json_t *index_json(json_t *obj, const char *key,
+                          const cnx_sharding *spec)
+{
+    if (obj == NULL)
+        return NULL;
+    if (json_object_set_new(obj, "key", json_string(key)) != 0 ||
+        (spec != NULL &&
+         json_object_set_new(obj, "sharding", sharding_json(spec)) != 0)) {
+        json_decref(obj);
+        return NULL;
+    }
+    return obj;
+}
+
+/* specs: by_id, rel pre, rel post, spatial0; NULL when unsharded. */
 static int info_json(const cnx_annotation_space *sp, const int64_t grid[3],
-                     int64_t limit, char **out)
+                     int64_t limit, const cnx_sharding *specs, char **out)
 {
     static const char *const axis[3] = {"x", "y", "z"};
     json_t *info = json_object(), *dims = json_object(), *lo = json_array(),
@@ -323,16 +352,22 @@ static int info_json(const cnx_annotation_space *sp, const int64_t grid[3],
         bad |= json_object_set(info, "lower_bound", lo);
         bad |= json_object_set(info, "upper_bound", hi);
         bad |= json_object_set(info, "properties", props);
-        bad |= json_object_set_new(info, "relationships",
-                                   json_pack("[{ss ss} {ss ss}]", "id", REL_PRE,
-                                             "key", "rel_" REL_PRE, "id",
-                                             REL_POST, "key", "rel_" REL_POST));
-        bad |=
-            json_object_set_new(info, "by_id", json_pack("{ss}", "key", BY_ID));
-        bad |= json_object_set_new(info, "spatial",
-                                   json_pack("[{ss sO sO sI}]", "key", SPATIAL,
-                                             "grid_shape", shape, "chunk_size",
-                                             size, "limit", (json_int_t)limit));
+        bad |= json_object_set_new(
+            info, "relationships",
+            json_pack("[oo]",
+                      index_json(json_pack("{ss}", "id", REL_PRE),
+                                 "rel_" REL_PRE, specs ? &specs[1] : NULL),
+                      index_json(json_pack("{ss}", "id", REL_POST),
+                                 "rel_" REL_POST, specs ? &specs[2] : NULL)));
+        bad |= json_object_set_new(
+            info, "by_id",
+            index_json(json_object(), BY_ID, specs ? &specs[0] : NULL));
+        bad |= json_object_set_new(
+            info, "spatial",
+            json_pack("[o]", index_json(json_pack("{sO sO sI}", "grid_shape",
+                                                  shape, "chunk_size", size,
+                                                  "limit", (json_int_t)limit),
+                                        SPATIAL, specs ? &specs[3] : NULL)));
     }
     *out = bad ? NULL : cnx__json_canonical(info);
     json_decref(info);
@@ -387,31 +422,160 @@ static int check_synapses(const cnx_synapse *sorted, size_t n,
     return 0;
 }
 
+/* ---- sharded indexes ---------------------------------------------------- */
+
+static int ceil_log2(uint64_t v)
+{
+    int b = 0;
+    while (b < 64 && ((uint64_t)1 << b) < v)
+        b++;
+    return b;
+}
+
+void cnx_annotation_sharding(uint64_t count, uint64_t bytes, cnx_sharding *out)
+{
+    uint64_t minishards = (count + CNX_ANNOTATION_MINISHARD_CHUNKS - 1) /
+                          CNX_ANNOTATION_MINISHARD_CHUNKS;
+    uint64_t shards =
+        (bytes + CNX_ANNOTATION_SHARD_BYTES - 1) / CNX_ANNOTATION_SHARD_BYTES;
+    int m = ceil_log2(minishards), sb = ceil_log2(shards);
+    if (m > CNX_SHARD_MAX_MINISHARD_BITS + 20)
+        m = CNX_SHARD_MAX_MINISHARD_BITS + 20;
+    if (sb > m)
+        sb = m;
+    out->preshift_bits = 0;
+    out->shard_bits = sb;
+    out->minishard_bits = m - sb;
+    out->hash = CNX_SHARD_HASH_MURMUR3;
+    out->minishard_index_encoding = CNX_SHARD_ENC_GZIP;
+    out->data_encoding = CNX_SHARD_ENC_GZIP;
+}
+
+/* The chunk id of an unsharded object's name (after its directory): a
+ * decimal id, or "<i>_<j>_<k>" for a spatial cell (Morton code). */
+static int chunk_id_of(const char *name, const int64_t *grid, uint64_t *id)
+{
+    const char *leaf = strchr(name, '/');
+    if (leaf == NULL)
+        return cnx_error_set(CNX_EINVAL, 0, "annotations: object %s", name);
+    leaf++;
+    if (grid != NULL) {
+        uint64_t pos[3], g[3];
+        if (sscanf(leaf, "%" SCNu64 "_%" SCNu64 "_%" SCNu64, &pos[0], &pos[1],
+                   &pos[2]) != 3)
+            return cnx_error_set(CNX_EINVAL, 0, "annotations: object %s", name);
+        for (int i = 0; i < 3; i++)
+            g[i] = (uint64_t)grid[i];
+        return cnx_sharding_morton(pos, g, id);
+    }
+    *id = strtoull(leaf, NULL, 10);
+    return 0;
+}
+
+typedef struct keyed {
+    uint64_t shard;
+    cnx_shard_chunk chunk;
+} keyed;
+
+static int keyed_cmp(const void *a, const void *b)
+{
+    const keyed *x = a, *y = b;
+    if (x->shard != y->shard)
+        return (x->shard > y->shard) - (x->shard < y->shard);
+    return (x->chunk.chunk_id > y->chunk.chunk_id) -
+           (x->chunk.chunk_id < y->chunk.chunk_id);
+}
+
+/* Replace objects [a, b) of in (one index, directory dir) by its shard
+ * files, appended to out; spec is chosen from them. */
+static int shard_index(const cnx_annotation_objects *in, size_t a, size_t b,
+                       const char *dir, const int64_t *grid, cnx_sharding *spec,
+                       cnx_annotation_objects *out, size_t cap)
+{
+    size_t n = b - a;
+    uint64_t bytes = 0;
+    keyed *k = malloc((n ? n : 1) * sizeof(*k));
+    cnx_shard_chunk *chunks = malloc((n ? n : 1) * sizeof(*chunks));
+    int rc = 0;
+    if (k == NULL || chunks == NULL) {
+        free(k);
+        free(chunks);
+        return cnx_error_set(CNX_ENOMEM, 0, "annotations: out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        bytes += in->items[a + i].len;
+    cnx_annotation_sharding((uint64_t)n, bytes, spec);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        uint64_t id = 0, minishard;
+        rc = chunk_id_of(in->items[a + i].name, grid, &id);
+        k[i].chunk =
+            (cnx_shard_chunk){id, in->items[a + i].data, in->items[a + i].len};
+        cnx_sharding_locate(spec, id, &k[i].shard, &minishard);
+    }
+    if (rc == 0)
+        qsort(k, n, sizeof(*k), keyed_cmp);
+    for (size_t i = 0; i < n && rc == 0;) {
+        size_t j = i, len = 0;
+        uint8_t *data = NULL;
+        char shard[CNX_SHARD_NAME_MAX], name[64];
+        while (j < n && k[j].shard == k[i].shard) {
+            chunks[j - i] = k[j].chunk;
+            j++;
+        }
+        rc = cnx_shard_encode(spec, k[i].shard, chunks, j - i, &data, &len);
+        if (rc == 0) {
+            cnx_sharding_shard_name(spec, k[i].shard, shard);
+            snprintf(name, sizeof(name), "%s/%s", dir, shard);
+            add_object(out, cap, name, data, len);
+        }
+        i = j;
+    }
+    free(chunks);
+    free(k);
+    return rc;
+}
+
 int cnx_annotation_build(const cnx_synapse *s, size_t n,
                          const cnx_annotation_space *sp,
                          cnx_annotation_objects *out)
 {
-    cnx_annotation_objects o = {NULL, 0};
+    return cnx_annotation_build_layout(s, n, sp, CNX_ANNOTATION_AUTO, out);
+}
+
+int cnx_annotation_build_layout(const cnx_synapse *s, size_t n,
+                                const cnx_annotation_space *sp,
+                                cnx_annotation_layout layout,
+                                cnx_annotation_objects *out)
+{
+    static const char *const dirs[4] = {BY_ID, "rel_" REL_PRE, "rel_" REL_POST,
+                                        SPATIAL};
+    cnx_annotation_objects o = {NULL, 0}, sh = {NULL, 0};
     cnx_synapse *sorted = NULL;
     entry *e = NULL, *cells = NULL;
-    size_t cap, nc = 0, ncells;
+    cnx_sharding specs[4];
+    size_t cap, nc = 0, bound[5];
     int64_t grid[3], limit = 1;
     char *info = NULL;
-    int rc;
+    int sharded, rc;
 
     if ((s == NULL && n > 0) || sp == NULL || out == NULL)
         return cnx_error_set(CNX_EINVAL, 0, "annotations: NULL argument");
+    if (layout != CNX_ANNOTATION_AUTO && layout != CNX_ANNOTATION_UNSHARDED &&
+        layout != CNX_ANNOTATION_SHARDED)
+        return cnx_error_set(CNX_EINVAL, 0, "annotations: layout %d",
+                             (int)layout);
+    sharded = layout == CNX_ANNOTATION_SHARDED ||
+              (layout == CNX_ANNOTATION_AUTO && n >= CNX_ANNOTATION_SHARD_MIN);
     rc = cnx_annotation_grid(sp, grid);
     if (rc != 0)
         return rc;
-    ncells = (size_t)(grid[0] * grid[1] * grid[2]);
     if (n > SIZE_MAX / 8 / sizeof(entry))
         return cnx_error_set(CNX_ENOMEM, 0, "annotations: out of memory");
-    /* info, by_id, at most n ids per relationship, every cell */
-    cap = 1 + 3 * n + ncells;
+    /* info, by_id, at most n ids per relationship, at most n cells */
+    cap = 1 + 4 * n;
     sorted = malloc((n ? n : 1) * sizeof(*sorted));
     e = malloc((n ? n : 1) * sizeof(*e));
-    cells = malloc((n + ncells) * sizeof(*cells));
+    cells = malloc((n ? n : 1) * sizeof(*cells));
     o.items = calloc(cap, sizeof(*o.items));
     if (sorted == NULL || e == NULL || cells == NULL || o.items == NULL) {
         rc = cnx_error_set(CNX_ENOMEM, 0, "annotations: out of memory");
@@ -425,11 +589,8 @@ int cnx_annotation_build(const cnx_synapse *s, size_t n,
         goto done;
 
     /* The spatial index first (its limit goes into the info): one entry
-     * per synapse in its cell, in a fixed pseudo-random order, plus an
-     * empty marker per cell (order 0, sorting first) so that every cell
-     * is written; the markers of non-empty cells are dropped. */
-    for (size_t c = 0; c < ncells; c++)
-        cells[nc++] = (entry){(uint64_t)c, 0, NULL};
+     * per synapse in its cell, in a fixed pseudo-random order. Cells with
+     * no synapse are not written. */
     for (size_t i = 0; i < n; i++) {
         const int64_t *v = sorted[i].site;
         uint64_t c = 0;
@@ -439,25 +600,13 @@ int cnx_annotation_build(const cnx_synapse *s, size_t n,
         cells[nc++] = (entry){c, mix(sorted[i].id) | 1, &sorted[i]};
     }
     qsort(cells, nc, sizeof(*cells), entry_cmp);
-    {
-        size_t m = 0;
-        for (size_t i = 0; i < nc; i++) {
-            int alone = i + 1 == nc || cells[i + 1].key != cells[i].key;
-            if (cells[i].s != NULL || alone)
-                cells[m++] = cells[i];
-        }
-        nc = m;
-    }
     for (size_t i = 0, run = 1; i < nc; i++) {
         run = (i > 0 && cells[i].key == cells[i - 1].key) ? run + 1 : 1;
         if ((int64_t)run > limit)
             limit = (int64_t)run;
     }
-    rc = info_json(sp, grid, limit, &info);
-    if (rc == 0) {
-        add_object(&o, cap, "info", (uint8_t *)info, strlen(info));
-        info = NULL;
-    }
+    o.count = 1; /* the info goes first, once the indexes are known */
+    bound[0] = o.count;
     for (size_t i = 0; i < n && rc == 0; i++) {
         uint8_t *data = NULL;
         size_t len = 0;
@@ -469,6 +618,7 @@ int cnx_annotation_build(const cnx_synapse *s, size_t n,
     }
     for (int r = 0; r < 2 && rc == 0; r++) {
         size_t m = 0;
+        bound[1 + r] = o.count;
         for (size_t i = 0; i < n; i++) {
             uint64_t id = r == 0 ? sorted[i].pre_id : sorted[i].post_id;
             if (id != 0)
@@ -477,9 +627,36 @@ int cnx_annotation_build(const cnx_synapse *s, size_t n,
         qsort(e, m, sizeof(*e), entry_cmp);
         rc = add_runs(&o, cap, e, m, r == 0 ? REL_PRE : REL_POST, NULL);
     }
+    bound[3] = o.count;
     if (rc == 0)
         rc = add_runs(&o, cap, cells, nc, SPATIAL, grid);
+    bound[4] = o.count;
+    if (rc == 0 && sharded) {
+        /* every index as its shard files: at most one per object */
+        sh.items = calloc(cap, sizeof(*sh.items));
+        if (sh.items == NULL)
+            rc = cnx_error_set(CNX_ENOMEM, 0, "annotations: out of memory");
+        sh.count = 1;
+        for (int k = 0; k < 4 && rc == 0; k++)
+            rc = shard_index(&o, bound[k], bound[k + 1], dirs[k],
+                             k == 3 ? grid : NULL, &specs[k], &sh, cap);
+        if (rc == 0) {
+            cnx_annotation_objects_free(&o);
+            o = sh;
+            sh.items = NULL;
+            sh.count = 0;
+        }
+    }
+    if (rc == 0)
+        rc = info_json(sp, grid, limit, sharded ? specs : NULL, &info);
+    if (rc == 0) {
+        snprintf(o.items[0].name, sizeof(o.items[0].name), "info");
+        o.items[0].data = (uint8_t *)info;
+        o.items[0].len = strlen(info);
+        info = NULL;
+    }
 done:
+    cnx_annotation_objects_free(&sh);
     free(info);
     free(cells);
     free(e);

@@ -315,3 +315,32 @@ int cnx_synapse_edges_json(const cnx_synapse_edge *e, size_t n, char **out,
     *len = t.len;
     return 0;
 }
+
+int cnx_synapse_edges_params_parse(const char *text, cnx_annotation_layout *out)
+{
+    static const char *const keys[] = {"annotation_sharding", NULL};
+    static const char what[] = "synapse-edges: parameters";
+    static const char *const names[3] = {"auto", "off", "on"};
+    static const cnx_annotation_layout layouts[3] = {
+        CNX_ANNOTATION_AUTO, CNX_ANNOTATION_UNSHARDED, CNX_ANNOTATION_SHARDED};
+    json_t *js = NULL, *v;
+    int rc = cnx__json_params(&js, text, keys, what);
+    *out = CNX_ANNOTATION_AUTO;
+    v = rc == 0 && js != NULL ? json_object_get(js, "annotation_sharding")
+                              : NULL;
+    if (v != NULL) {
+        int k = 0;
+        while (k < 3 && !(json_is_string(v) &&
+                          strcmp(json_string_value(v), names[k]) == 0))
+            k++;
+        if (k == 3)
+            rc = cnx_error_set(CNX_ESCHEMA, 0,
+                               "%s.annotation_sharding: must be \"auto\", "
+                               "\"on\" or \"off\"",
+                               what);
+        else
+            *out = layouts[k];
+    }
+    json_decref(js);
+    return rc;
+}

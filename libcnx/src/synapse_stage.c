@@ -12,7 +12,10 @@
  * connectivity, connectivity/<scale>/<region>: one line per (pre, post)
  * pair with its synapse count, and the same synapses as a Neuroglancer
  * annotation collection, synapse_annotations/<scale>/<region>/
- * (cnx/annotation.h), in the coordinate space of the output scale.
+ * (cnx/annotation.h), in the coordinate space of the output scale, its
+ * indexes sharded or not per the "annotation_sharding" parameter (auto:
+ * sharded from CNX_ANNOTATION_SHARD_MIN synapses); the task is the one
+ * writer of every shard of its region's collection.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,7 +201,8 @@ static int append(cnx_synapse **all, size_t *n, size_t *cap,
  * under synapse_annotations/<scale>/<region>/, in the coordinate space of
  * the output scale (its voxels, its bounds). */
 static int put_annotations(cnx_stage_io *io, const cnx_task *task,
-                           const cnx_synapse *s, size_t n)
+                           const cnx_synapse *s, size_t n,
+                           cnx_annotation_layout layout)
 {
     const cnx_layer_info *info = cnx_layer_get_info(cnx_stage_output_layer(io));
     int at = cnx_stage_output_scale(io);
@@ -221,7 +225,7 @@ static int put_annotations(cnx_stage_io *io, const cnx_task *task,
     rc = cnx_side_object_name(ANNOTATIONS_DIR, task->output_scale, &task->roi,
                               dir, sizeof(dir));
     if (rc == 0) {
-        rc = cnx_annotation_build(s, n, &sp, &objs);
+        rc = cnx_annotation_build_layout(s, n, &sp, layout, &objs);
         if (rc != 0)
             cnx_error_wrap("synapse-edges: %s", dir);
     }
@@ -240,6 +244,7 @@ static int run_edges(void *ctx, const cnx_task *task, cnx_stage_io *io)
     cnx_synapse_edge *edges = NULL;
     size_t n = 0, cap = 0, nedges = 0, len = 0;
     char *text = NULL, name[512];
+    cnx_annotation_layout layout;
     int rc = 0;
 
     (void)ctx;
@@ -247,9 +252,9 @@ static int run_edges(void *ctx, const cnx_task *task, cnx_stage_io *io)
         return cnx_error_set(CNX_ESCHEMA, 0,
                              "synapse-edges: inputs: must be exactly one "
                              "role, \"tables\" (the synapse stage's tables)");
-    if (task->parameters != NULL && strcmp(task->parameters, "{}") != 0)
-        return cnx_error_set(CNX_ESCHEMA, 0,
-                             "synapse-edges: parameters: must be {}");
+    rc = cnx_synapse_edges_params_parse(task->parameters, &layout);
+    if (rc != 0)
+        return rc;
     for (size_t k = 0; k < in->nobjects && rc == 0; k++) {
         uint8_t *data = NULL;
         cnx_synapse *s = NULL;
@@ -274,7 +279,7 @@ static int run_edges(void *ctx, const cnx_task *task, cnx_stage_io *io)
     if (rc == 0)
         rc = cnx_stage_put(io, name, text, len);
     if (rc == 0)
-        rc = put_annotations(io, task, all, n);
+        rc = put_annotations(io, task, all, n, layout);
     if (rc == 0)
         cnx_stage_add_voxels(io, cnx_box_voxels(&task->roi));
     free(text);
@@ -294,5 +299,7 @@ const cnx_stage cnx_stage_synapse_edges = {
             "(pre_id, post_id) pair with its synapse count, sorted, and\n"
             "synapse_annotations/<scale>/<region>/, the synapses as a\n"
             "Neuroglancer precomputed annotation collection (points at\n"
-            "the sites, partners as relationships). Parameters: {}.",
+            "the sites, partners as relationships), its indexes sharded\n"
+            "or not. Parameters: {\"annotation_sharding\": \"auto\" (sharded\n"
+            "from 100000 synapses) | \"on\" | \"off\"}. docs/synapses.md.",
 };

@@ -456,7 +456,16 @@ static int check_mesh_manifest(const cnx_plan *p, size_t s)
 
 static int check_synapse_edges(const cnx_plan *p, size_t s)
 {
-    return check_index_reduce(p, s, "tables");
+    cnx_annotation_layout layout;
+    char what[64];
+    int rc = need_role(p, s, "tables", 1, 0, 0);
+    snprintf(what, sizeof(what), "role \"%s\"", "tables");
+    if (rc == 0)
+        rc = need_ninputs(p, s, 1, what);
+    if (rc == 0 && cnx_synapse_edges_params_parse(p->wf->stages[s].parameters,
+                                                  &layout) != 0)
+        rc = refuse(p, s, "%s", cnx_error_last()->message);
+    return rc;
 }
 
 static int check_synapses(const cnx_plan *p, size_t s)

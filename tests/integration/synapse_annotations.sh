@@ -52,7 +52,7 @@ check "the tables hold synapses ($N)" [ "$N" -gt 0 ]
 
 # ---- 2. the independent reader
 check "annotations_ref.py: the collection gives back the tables exactly" \
-  "$PY" "$REF" "$COLL" "$LAYER/synapses" --resolution "$RES"
+  "$PY" "$REF" "$COLL" "$LAYER/synapses" --resolution "$RES" --sharded no
 check "by_id holds one entry per synapse" [ "$(ls "$COLL/by_id" | wc -l)" -eq "$N" ]
 
 # ---- 3. lineage covers every annotation object

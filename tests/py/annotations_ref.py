@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """Independent reader of a Neuroglancer precomputed annotation collection
-(neuroglancer_annotations_v1, unsharded), written from the spec
+(neuroglancer_annotations_v1, unsharded or sharded), written from the spec
 (neuroglancer's src/datasource/precomputed/annotations.md), numpy only; no
-cnx code.
+cnx code. A sharded index (one with a "sharding" member) is read through
+sharded_ref.py's reader (neuroglancer_uint64_sharded_v1, written from the
+spec): chunk ids are annotation ids (by_id), segment ids (rel_*) and the
+compressed Morton code of a cell over grid_shape (spatial); every shard
+file is walked (nothing stored but the index's objects).
 
     annotations_ref.py COLLECTION_DIR TABLES [--resolution X,Y,Z]
+                       [--sharded yes|no]
 
 COLLECTION_DIR holds the info; TABLES is a synapse table (JSON lines) or a
 directory whose files (recursively) are all tables. Reads the info, every
@@ -22,18 +27,26 @@ exactly:
 - every synapse is in rel_pre_synaptic_cell/<pre_id> and
   rel_post_synaptic_cell/<post_id> (non-zero ids), each index holds
   exactly the synapses with that id, and there is no other index file;
-- every cell of every spatial level exists, each synapse lies in exactly
-  one cell of level 0, inside that cell's interval, and the records in
-  every list equal those of by_id.
+- each synapse lies in exactly one cell of level 0, inside that cell's
+  interval, and the records in every list equal those of by_id; a cell
+  with no synapse is not stored (a missing one reads as none), and no
+  stored list is empty (Neuroglancer 2.37.5 refuses a list of 8 bytes,
+  "Expected at least 8 bytes"); nothing is stored outside the grid;
+- with --sharded yes (no), every index is sharded (none is).
 
 Exit 0 and one summary line when all holds; 1 with one line naming the
 first difference; 2 for unreadable input.
 """
 import json
 import os
+import struct
 import sys
+import zlib
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sharded_ref  # noqa: E402
 
 TYPES = {"float32": ("<f4", 4), "uint32": ("<u4", 4), "int32": ("<i4", 4),
          "uint16": ("<u2", 2), "int16": ("<i2", 2), "uint8": ("u1", 1),
@@ -91,10 +104,52 @@ class Layout:
                    + [4 * self.rank * self.nvec])
 
 
+class Index:
+    """One index of the collection: its objects by chunk id (an integer,
+    or for an unsharded spatial index the "i_j_k" name), read from files
+    or, when sharded, from shard files through sharded_ref."""
+
+    def __init__(self, coll, entry):
+        self.key = entry["key"]
+        self.dir = os.path.join(coll, self.key)
+        self.spec = entry.get("sharding")
+        if self.spec is not None:
+            for k in ("preshift_bits", "minishard_bits", "shard_bits", "hash",
+                      "minishard_index_encoding", "data_encoding"):
+                if k not in self.spec:
+                    raise Bad("info: %s: sharding has no %s" % (self.key, k))
+            if self.spec.get("@type") != "neuroglancer_uint64_sharded_v1":
+                raise Bad("info: %s: sharding @type %r" % (self.key, self.spec.get("@type")))
+
+    def ids(self):
+        """Every stored chunk id (names for an unsharded index)."""
+        if not os.path.isdir(self.dir):
+            return set()
+        if self.spec is None:
+            return set(os.listdir(self.dir))
+        try:
+            return sharded_ref.walk(self.spec, self.dir)
+        except (sharded_ref.ShardError, OSError, EOFError, zlib.error, struct.error) as e:
+            raise Bad("%s: %s" % (self.key, e))
+
+    def get(self, cid):
+        """The bytes of chunk cid, or None where it is not stored."""
+        if self.spec is None:
+            path = os.path.join(self.dir, str(cid))
+            return read(path) if os.path.exists(path) else None
+        try:
+            return sharded_ref.read_chunk(self.spec, self.dir, cid)
+        except (sharded_ref.ShardError, OSError, EOFError, zlib.error, struct.error) as e:
+            raise Bad("%s: %s" % (self.key, e))
+
+
 def decode_list(buf, lay, what):
     if len(buf) < 8:
         raise Bad("%s: %d bytes, no count" % (what, len(buf)))
     count = int(np.frombuffer(buf, "<u8", 1, 0)[0])
+    if count == 0:
+        raise Bad("%s: an empty list is stored (Neuroglancer refuses it: "
+                  "\"Expected at least 8 bytes\"); a missing one reads as none" % what)
     want = 8 + count * (lay.size + 8)
     if len(buf) != want:
         raise Bad("%s: %d bytes for %d annotations, want %d" % (what, len(buf), count, want))
@@ -149,7 +204,7 @@ def point(v, what):
     return [int(x) for x in w]
 
 
-def check(coll, tables, resolution=None):
+def check(coll, tables, resolution=None, sharded=None):
     info = json.loads(read(os.path.join(coll, "info")))
     if info.get("@type") != "neuroglancer_annotations_v1":
         raise Bad("info: @type %r" % info.get("@type"))
@@ -171,15 +226,17 @@ def check(coll, tables, resolution=None):
     if rels != ["pre_synaptic_cell", "post_synaptic_cell"]:
         raise Bad("info: relationships %s" % rels)
     for r in info["relationships"] + [info["by_id"]] + info["spatial"]:
-        if "sharding" in r:
-            raise Bad("info: %s is sharded; this reader reads unsharded indexes" % r["key"])
+        if sharded is not None and ("sharding" in r) != sharded:
+            raise Bad("info: %s is %s, want %s" % (
+                r["key"], "sharded" if "sharding" in r else "unsharded",
+                "sharded" if sharded else "unsharded"))
     lay = Layout(info)
     lo = np.array(info["lower_bound"], np.float64)
     hi = np.array(info["upper_bound"], np.float64)
 
     # by_id: exactly the table's ids
-    by_id_dir = os.path.join(coll, info["by_id"]["key"])
-    stored = sorted(int(n) for n in os.listdir(by_id_dir)) if os.path.isdir(by_id_dir) else []
+    by_id = Index(coll, info["by_id"])
+    stored = sorted(int(n) for n in by_id.ids())
     if stored != sorted(tables):
         extra = sorted(set(stored) - set(tables))[:3]
         missing = sorted(set(tables) - set(stored))[:3]
@@ -187,7 +244,7 @@ def check(coll, tables, resolution=None):
     records = {}
     for sid, t in tables.items():
         what = "by_id/%d" % sid
-        (geo, props), (pre, post) = decode_by_id(read(os.path.join(by_id_dir, str(sid))), lay, what)
+        (geo, props), (pre, post) = decode_by_id(by_id.get(sid), lay, what)
         records[sid] = (geo.tobytes(), {k: np.asarray(v).tobytes() for k, v in props.items()})
         got = {
             "id": sid,
@@ -219,24 +276,25 @@ def check(coll, tables, resolution=None):
     # relationship indexes: each id's file holds exactly its synapses
     nrel = {}
     for r, field in zip(info["relationships"], ("pre_id", "post_id")):
-        d = os.path.join(coll, r["key"])
+        index = Index(coll, r)
         want = {}
         for sid, t in tables.items():
             if t[field] != 0:
                 want.setdefault(t[field], set()).add(sid)
-        files = sorted(int(n) for n in os.listdir(d)) if os.path.isdir(d) else []
+        files = sorted(int(n) for n in index.ids())
         if files != sorted(want):
             raise Bad("%s: segment files %s, want %s" % (r["key"], files[:5], sorted(want)[:5]))
         for seg, sids in want.items():
             what = "%s/%d" % (r["key"], seg)
-            ids, recs = decode_list(read(os.path.join(d, str(seg))), lay, what)
+            ids, recs = decode_list(index.get(seg), lay, what)
             if len(ids) != len(set(ids)) or set(ids) != sids:
                 raise Bad("%s: ids %s, want %s" % (what, sorted(ids), sorted(sids)))
             for sid, rec in zip(ids, recs):
                 same_record(sid, rec, what)
         nrel[r["id"]] = len(want)
 
-    # spatial: every cell of every level; level 0 holds every synapse once
+    # spatial: the stored cells of every level; level 0 holds every
+    # synapse once; a missing cell reads as none
     seen = {}
     cells = 0
     for level, sp in enumerate(info["spatial"]):
@@ -244,12 +302,20 @@ def check(coll, tables, resolution=None):
         size = np.array(sp["chunk_size"], np.float64)
         if not np.allclose(size * shape, hi - lo):
             raise Bad("spatial %s: grid_shape x chunk_size != upper - lower" % sp["key"])
+        index = Index(coll, sp)
+        stored = index.ids()
         count_max = 0
         for k in range(shape[2]):
             for j in range(shape[1]):
                 for i in range(shape[0]):
                     what = "%s/%d_%d_%d" % (sp["key"], i, j, k)
-                    ids, recs = decode_list(read(os.path.join(coll, what)), lay, what)
+                    cid = ("%d_%d_%d" % (i, j, k) if index.spec is None
+                           else sharded_ref.morton((i, j, k), shape))
+                    stored.discard(cid)
+                    buf = index.get(cid)
+                    if buf is None:
+                        continue
+                    ids, recs = decode_list(buf, lay, what)
                     cells += 1
                     count_max = max(count_max, len(ids))
                     c0 = lo + size * [i, j, k]
@@ -263,12 +329,15 @@ def check(coll, tables, resolution=None):
                         if sid in seen:
                             raise Bad("%s: annotation %d also in %s" % (what, sid, seen[sid]))
                         seen[sid] = what
+        if stored:
+            raise Bad("spatial %s: objects outside the grid: %s" % (sp["key"], sorted(stored)[:3]))
         if count_max > sp["limit"]:
             raise Bad("spatial %s: a cell holds %d > limit %d" % (sp["key"], count_max, sp["limit"]))
     if set(seen) != set(tables):
         raise Bad("spatial: %d synapses not in any cell" % len(set(tables) - set(seen)))
-    return "annotations_ref: %d synapses: by_id, %d pre and %d post segment indexes, %d spatial cells agree with the tables" % (
-        len(tables), nrel["pre_synaptic_cell"], nrel["post_synaptic_cell"], cells)
+    layout = "sharded" if "sharding" in info["by_id"] else "unsharded"
+    return "annotations_ref: %d synapses: by_id, %d pre and %d post segment indexes, %d spatial cells (%s) agree with the tables" % (
+        len(tables), nrel["pre_synaptic_cell"], nrel["post_synaptic_cell"], cells, layout)
 
 
 def main(argv):
@@ -277,6 +346,11 @@ def main(argv):
     if "--resolution" in args:
         i = args.index("--resolution")
         resolution = [float(v) if "." in v else int(v) for v in args[i + 1].split(",")]
+        del args[i:i + 2]
+    sharded = None
+    if "--sharded" in args:
+        i = args.index("--sharded")
+        sharded = {"yes": True, "no": False}[args[i + 1]]
         del args[i:i + 2]
     if len(args) != 2:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
@@ -287,7 +361,7 @@ def main(argv):
         print("annotations_ref: tables: %s" % e, file=sys.stderr)
         return 2
     try:
-        print(check(args[0], tables, resolution))
+        print(check(args[0], tables, resolution, sharded))
     except (Bad, KeyError, ValueError, TypeError) as e:
         print("annotations_ref: FAILED: %s" % e, file=sys.stderr)
         return 1

@@ -6,7 +6,9 @@
  * relationships pre_synaptic_cell and post_synaptic_cell (the partner
  * segment ids), the annotation id index (by_id/<id>), one related object
  * id index per relationship (rel_<relationship>/<segment id>) and a
- * one-level spatial index (spatial0/<i>_<j>_<k>), all unsharded.
+ * one-level spatial index (spatial0/<i>_<j>_<k>); each index unsharded
+ * (one object per id or cell) or sharded (neuroglancer_uint64_sharded_v1,
+ * <key>/<shard>.shard, cnx/sharded.h), by a size rule or the caller.
  *
  * This module owns the format: the encoders are pure (records in, bytes
  * out, no storage); cnx_annotation_build returns every object of a
@@ -18,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cnx/sharded.h"
 #include "cnx/synapse.h"
 
 #ifdef __cplusplus
@@ -35,6 +38,23 @@ extern "C" {
 
 /** Most cells in the spatial grid (each is one object). */
 #define CNX_ANNOTATION_MAX_CELLS 4096
+
+/** How a collection's indexes are stored. */
+typedef enum cnx_annotation_layout {
+    CNX_ANNOTATION_AUTO = 0, /* sharded from CNX_ANNOTATION_SHARD_MIN
+                                synapses on, else unsharded */
+    CNX_ANNOTATION_UNSHARDED = 1,
+    CNX_ANNOTATION_SHARDED = 2,
+} cnx_annotation_layout;
+
+/** CNX_ANNOTATION_AUTO shards a collection of this many synapses or more
+ *  (an unsharded one is about 2 objects per synapse). */
+#define CNX_ANNOTATION_SHARD_MIN 100000
+
+/** Sharded indexes: chunks a minishard holds at most, and the encoded
+ *  chunk bytes a shard holds at most (cnx_annotation_sharding). */
+#define CNX_ANNOTATION_MINISHARD_CHUNKS 64
+#define CNX_ANNOTATION_SHARD_BYTES ((uint64_t)64 << 20)
 
 /** The coordinate space of a collection: that of one segmentation scale. */
 typedef struct cnx_annotation_space {
@@ -95,13 +115,28 @@ int cnx_annotation_encode_list(const cnx_synapse *const *items, size_t n,
                                uint8_t **out, size_t *len);
 
 /**
+ * The sharding spec of one sharded index of count chunks holding bytes
+ * bytes in all (unencoded): murmurhash3_x86_128, preshift 0, gzip
+ * minishard indexes and data;
+ *   m = ceil(log2(ceil(count / CNX_ANNOTATION_MINISHARD_CHUNKS))) bits of
+ *       minishard and shard in all (0 up to 64 chunks);
+ *   shard_bits = min(m, ceil(log2(ceil(bytes / CNX_ANNOTATION_SHARD_BYTES))));
+ *   minishard_bits = m - shard_bits.
+ * Pure, cannot fail.
+ */
+void cnx_annotation_sharding(uint64_t count, uint64_t bytes, cnx_sharding *out);
+
+/**
  * Every object of the collection of synapses s (any order; ids unique):
  * "info" (canonical JSON), "by_id/<id>" per synapse,
  * "rel_pre_synaptic_cell/<id>" and "rel_post_synaptic_cell/<id>" per
  * non-zero partner id (its synapses in id order), and "spatial0/<i>_<j>_<k>"
- * for every cell of the grid, empty ones included (its synapses in the
- * order of a hash of their ids, a fixed pseudo-random order). Objects are
- * listed info first, then by name within each directory in the order above.
+ * for every cell of the grid that holds a synapse (its synapses in the
+ * order of a hash of their ids, a fixed pseudo-random order); no object
+ * is an empty list (Neuroglancer refuses one; a missing one reads as
+ * none). Objects are listed info first, then by name within each
+ * directory in the order above. The layout is CNX_ANNOTATION_AUTO
+ * (cnx_annotation_build_layout).
  *
  * @param[out] out  filled on success only
  * @return 0; CNX_EINVAL for NULL pointers or a bad space (non-positive
@@ -114,6 +149,22 @@ int cnx_annotation_encode_list(const cnx_synapse *const *items, size_t n,
 int cnx_annotation_build(const cnx_synapse *s, size_t n,
                          const cnx_annotation_space *sp,
                          cnx_annotation_objects *out);
+
+/**
+ * As cnx_annotation_build, with the indexes laid out per layout. Sharded
+ * (CNX_ANNOTATION_SHARDED, or AUTO at CNX_ANNOTATION_SHARD_MIN synapses
+ * or more): each index (by_id, each rel_<relationship>, spatial0) is the
+ * shard files "<key>/<shard>.shard" (cnx_shard_encode, a spec from
+ * cnx_annotation_sharding over the index's objects) of its objects,
+ * keyed by annotation id, segment id and the compressed Morton code of
+ * the cell over grid_shape (cnx_sharding_morton); the info gives each
+ * index its "sharding" member. Shards holding no chunk are not written.
+ * @return as cnx_annotation_build; CNX_EINVAL for a bad layout.
+ */
+int cnx_annotation_build_layout(const cnx_synapse *s, size_t n,
+                                const cnx_annotation_space *sp,
+                                cnx_annotation_layout layout,
+                                cnx_annotation_objects *out);
 
 /** Free the objects (NULL-safe) and zero the struct. */
 void cnx_annotation_objects_free(cnx_annotation_objects *objs);

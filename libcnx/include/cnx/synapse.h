@@ -55,8 +55,9 @@ extern "C" {
 
 /** The synapse-edges stage's version: bumped whenever what it writes is
  *  meant to change (2: the synapse annotation collection beside the
- *  connectivity, cnx/annotation.h). */
-#define CNX_SYNAPSE_EDGES_VERSION 2
+ *  connectivity, cnx/annotation.h; 3: no empty spatial cell written,
+ *  sharded indexes). */
+#define CNX_SYNAPSE_EDGES_VERSION 3
 
 /** Site coordinates must lie in [0, 2^21) to pack into an id. */
 #define CNX_SYNAPSE_COORD_MAX ((int64_t)1 << 21)

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 
+#include "cnx/annotation.h"
 #include "cnx/synapse.h"
 
 #ifdef __cplusplus
@@ -31,6 +32,17 @@ extern "C" {
  *         JSON size limit. Fatal.
  */
 int cnx_synapse_params_parse(const char *json, cnx_synapse_params *p);
+
+/**
+ * The synapse-edges stage's parameters: {} (or NULL) or
+ * {"annotation_sharding": "auto" | "on" | "off"}: the layout of the
+ * annotation collection's indexes (cnx/annotation.h).
+ * @param[out] out  CNX_ANNOTATION_AUTO when absent
+ * @return 0; CNX_ESCHEMA ("synapse-edges: parameters...: ...") for
+ *         anything else. Fatal.
+ */
+int cnx_synapse_edges_params_parse(const char *json,
+                                   cnx_annotation_layout *out);
 
 /**
  * The synapse table: JSON lines, one canonical JSON object per line

@@ -4,15 +4,25 @@
  * hand from the neuroglancer_annotations_v1 spec: one record (point,
  * properties, no padding), a by-id entry with and without partners, a list
  * (count, records, ids), the object names and their order, the sorting of
- * the relationship indexes, every cell written (empty ones as a zero
- * count), the info's keys and limit; an empty table; input order does not
- * change a byte; refusals (a site outside the bounds, an id twice, a bad
- * space, too many cells) with one-line messages.
+ * the relationship indexes, only cells that hold a synapse written (no
+ * object is an empty list), the info's keys and limit; an empty table;
+ * input order does not change a byte; refusals (a site outside the bounds,
+ * an id twice, a bad space, too many cells) with one-line messages. The
+ * sharded layout: the spec rule's figures, and a sharded collection read
+ * back chunk by chunk through cnx_sharded_read_chunk gives the unsharded
+ * objects' bytes, under the ids the spec names (annotation id, segment id,
+ * compressed Morton code of the cell); AUTO shards from
+ * CNX_ANNOTATION_SHARD_MIN synapses. tests/py/annotations_ref.py reads
+ * both layouts from the spec in the integration test.
  */
+#include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "cnx/annotation.h"
 #include "cnx/error.h"
+#include "cnx/synapse_io.h"
 #include "cnx_test.h"
 
 static uint32_t u32_at(const uint8_t *p)
@@ -239,16 +249,10 @@ static void test_annotation__empty_table(void **state)
     cnx_annotation_objects o = {NULL, 0};
     (void)state;
     assert_int_equal(cnx_annotation_build(NULL, 0, &sp, &o), 0);
-    /* the info and three empty cells */
-    assert_int_equal(o.count, 4);
+    /* the info alone: no empty cell is written (a missing one reads as
+     * none; Neuroglancer refuses an 8-byte list) */
+    assert_int_equal(o.count, 1);
     assert_string_equal(o.items[0].name, "info");
-    for (int i = 0; i < 3; i++) {
-        char name[64];
-        snprintf(name, sizeof(name), "spatial0/%d_0_0", i);
-        assert_string_equal(o.items[1 + i].name, name);
-        assert_int_equal(o.items[1 + i].len, 8);
-        assert_true(u64_at(o.items[1 + i].data) == 0);
-    }
     assert_non_null(strstr((const char *)o.items[0].data, "\"limit\":1"));
     assert_non_null(
         strstr((const char *)o.items[0].data, "\"chunk_size\":[1000,10,10]"));
@@ -285,6 +289,178 @@ static void test_annotation__refusals(void **state)
     assert_null(o.items);
 }
 
+static void test_annotation__sharding_rule(void **state)
+{
+    cnx_sharding sh;
+    (void)state;
+    cnx_annotation_sharding(0, 0, &sh);
+    assert_int_equal(sh.shard_bits + sh.minishard_bits, 0);
+    assert_int_equal(sh.preshift_bits, 0);
+    assert_int_equal(sh.hash, CNX_SHARD_HASH_MURMUR3);
+    assert_int_equal(sh.data_encoding, CNX_SHARD_ENC_GZIP);
+    assert_int_equal(sh.minishard_index_encoding, CNX_SHARD_ENC_GZIP);
+    cnx_annotation_sharding(64, 64 * 60, &sh);
+    assert_int_equal(sh.shard_bits + sh.minishard_bits, 0);
+    cnx_annotation_sharding(65, 65 * 60, &sh);
+    assert_int_equal(sh.minishard_bits, 1);
+    assert_int_equal(sh.shard_bits, 0);
+    /* 1e6 chunks of 64 B: 2^14 minishards; 61 MiB: one shard */
+    cnx_annotation_sharding(1000000, 64000000, &sh);
+    assert_int_equal(sh.minishard_bits, 14);
+    assert_int_equal(sh.shard_bits, 0);
+    /* 1e7 of 64 B: 2^18 minishards in 2^4 shards of < 64 MiB */
+    cnx_annotation_sharding(10000000, 640000000, &sh);
+    assert_int_equal(sh.minishard_bits + sh.shard_bits, 18);
+    assert_int_equal(sh.shard_bits, 4);
+    assert_int_equal(cnx_sharding_check(&sh), 0);
+}
+
+/* A cnx_shard_read_fn over a collection's objects: shard_name is looked
+ * up as "<dir>/<shard_name>". */
+typedef struct mem_shards {
+    const cnx_annotation_objects *o;
+    const char *dir;
+} mem_shards;
+
+static int mem_read(void *ctx, const char *shard_name, uint64_t offset,
+                    uint64_t length, uint8_t **out)
+{
+    const mem_shards *m = ctx;
+    char name[64];
+    const cnx_annotation_object *it;
+    snprintf(name, sizeof(name), "%s/%s", m->dir, shard_name);
+    it = find(m->o, name);
+    if (it == NULL)
+        return CNX_ENOTFOUND;
+    if (offset > it->len || length > it->len - offset)
+        return CNX_ERANGE;
+    *out = malloc(length ? length : 1);
+    if (*out == NULL)
+        return CNX_ENOMEM;
+    memcpy(*out, it->data + offset, length);
+    return 0;
+}
+
+static void test_annotation__sharded(void **state)
+{
+    /* 3000 x 2100 x 10 voxels: a 3 x 3 x 1 grid of cells */
+    cnx_annotation_space sp = space(3000, 2100, 10);
+    enum { N = 300 };
+    cnx_synapse *s = calloc(N, sizeof(*s));
+    cnx_annotation_objects u = {NULL, 0}, o = {NULL, 0}, a = {NULL, 0};
+    cnx_sharding specs[4];
+    size_t counts[4] = {0, 0, 0, 0}, nshards = 0;
+    static const char *const dirs[4] = {"by_id", "rel_pre_synaptic_cell",
+                                        "rel_post_synaptic_cell", "spatial0"};
+    (void)state;
+    assert_non_null(s);
+    for (int i = 0; i < N; i++)
+        s[i] = syn(5 + (i * 37) % 2980, (i * 53) % 2090, i % 10,
+                   (uint64_t)(1 + i % 97),
+                   (uint64_t)(i % 5 == 0 ? 0 : 1000 + i % 89));
+    assert_int_equal(
+        cnx_annotation_build_layout(s, N, &sp, CNX_ANNOTATION_UNSHARDED, &u),
+        0);
+    assert_int_equal(
+        cnx_annotation_build_layout(s, N, &sp, CNX_ANNOTATION_SHARDED, &o), 0);
+    assert_int_equal(cnx_annotation_build(s, N, &sp, &a), 0);
+    /* AUTO below CNX_ANNOTATION_SHARD_MIN: unsharded */
+    assert_int_equal(a.count, u.count);
+    assert_null(strstr((const char *)a.items[0].data, "sharding"));
+    /* the info names each index's spec, the one the rule gives */
+    assert_string_equal(o.items[0].name, "info");
+    for (size_t i = 1; i < u.count; i++)
+        for (int k = 0; k < 4; k++)
+            if (strncmp(u.items[i].name, dirs[k], strlen(dirs[k])) == 0 &&
+                u.items[i].name[strlen(dirs[k])] == '/')
+                counts[k]++;
+    assert_int_equal(counts[0], N);
+    for (int k = 0; k < 4; k++) {
+        uint64_t bytes = 0;
+        for (size_t i = 1; i < u.count; i++)
+            if (strncmp(u.items[i].name, dirs[k], strlen(dirs[k])) == 0 &&
+                u.items[i].name[strlen(dirs[k])] == '/')
+                bytes += u.items[i].len;
+        cnx_annotation_sharding(counts[k], bytes, &specs[k]);
+    }
+    assert_true(specs[0].minishard_bits == 3); /* 300 ids: 8 minishards */
+    assert_non_null(strstr((const char *)o.items[0].data,
+                           "\"by_id\":{\"key\":\"by_id\",\"sharding\":"));
+    assert_non_null(strstr((const char *)o.items[0].data,
+                           "\"hash\":\"murmurhash3_x86_128\""));
+    /* every other object is a shard file of one of the four indexes */
+    for (size_t i = 1; i < o.count; i++) {
+        const char *dot = strrchr(o.items[i].name, '.');
+        assert_non_null(dot);
+        assert_string_equal(dot, ".shard");
+        nshards++;
+    }
+    assert_int_equal(nshards, 4); /* one shard per index at this size */
+    /* each unsharded object is the chunk of its id in the shards */
+    for (size_t i = 1; i < u.count; i++) {
+        const char *name = u.items[i].name, *leaf = strchr(name, '/') + 1;
+        uint64_t id = 0;
+        uint8_t *data = NULL;
+        size_t len = 0;
+        int k = 0;
+        mem_shards m;
+        while (strncmp(name, dirs[k], strlen(dirs[k])) != 0 ||
+               name[strlen(dirs[k])] != '/')
+            k++;
+        if (k == 3) {
+            uint64_t pos[3];
+            assert_int_equal(sscanf(leaf, "%" SCNu64 "_%" SCNu64 "_%" SCNu64,
+                                    &pos[0], &pos[1], &pos[2]),
+                             3);
+            /* compressed Morton code over the 3 x 3 x 1 grid, by hand:
+             * bits x0 y0 x1 y1 */
+            id = (pos[0] & 1) | (pos[1] & 1) << 1 | (pos[0] >> 1 & 1) << 2 |
+                 (pos[1] >> 1 & 1) << 3;
+        } else {
+            id = strtoull(leaf, NULL, 10);
+        }
+        m.o = &o;
+        m.dir = dirs[k];
+        assert_int_equal(
+            cnx_sharded_read_chunk(&specs[k], id, mem_read, &m, &data, &len),
+            0);
+        assert_int_equal(len, u.items[i].len);
+        assert_memory_equal(data, u.items[i].data, len);
+        free(data);
+    }
+    cnx_annotation_objects_free(&u);
+    cnx_annotation_objects_free(&o);
+    cnx_annotation_objects_free(&a);
+    free(s);
+}
+
+static void test_annotation__edges_params(void **state)
+{
+    cnx_annotation_layout l = CNX_ANNOTATION_SHARDED;
+    (void)state;
+    assert_int_equal(cnx_synapse_edges_params_parse(NULL, &l), 0);
+    assert_int_equal(l, CNX_ANNOTATION_AUTO);
+    assert_int_equal(cnx_synapse_edges_params_parse("{}", &l), 0);
+    assert_int_equal(l, CNX_ANNOTATION_AUTO);
+    assert_int_equal(
+        cnx_synapse_edges_params_parse("{\"annotation_sharding\":\"on\"}", &l),
+        0);
+    assert_int_equal(l, CNX_ANNOTATION_SHARDED);
+    assert_int_equal(
+        cnx_synapse_edges_params_parse("{\"annotation_sharding\":\"off\"}", &l),
+        0);
+    assert_int_equal(l, CNX_ANNOTATION_UNSHARDED);
+    assert_int_equal(
+        cnx_synapse_edges_params_parse("{\"annotation_sharding\":true}", &l),
+        CNX_ESCHEMA);
+    assert_non_null(
+        strstr(cnx_error_last()->message,
+               "synapse-edges: parameters.annotation_sharding: must be"));
+    assert_int_equal(cnx_synapse_edges_params_parse("{\"shard\":1}", &l),
+                     CNX_ESCHEMA);
+    assert_null(strchr(cnx_error_last()->message, '\n'));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -294,6 +470,9 @@ int main(void)
         cmocka_unit_test(test_annotation__collection),
         cmocka_unit_test(test_annotation__empty_table),
         cmocka_unit_test(test_annotation__refusals),
+        cmocka_unit_test(test_annotation__sharding_rule),
+        cmocka_unit_test(test_annotation__sharded),
+        cmocka_unit_test(test_annotation__edges_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
