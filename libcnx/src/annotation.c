@@ -508,8 +508,9 @@ static int shard_index(const cnx_annotation_objects *in, size_t a, size_t b,
     for (size_t i = 0; i < n && rc == 0; i++) {
         uint64_t id = 0, minishard;
         rc = chunk_id_of(in->items[a + i].name, grid, &id);
-        k[i].chunk =
-            (cnx_shard_chunk){id, in->items[a + i].data, in->items[a + i].len};
+        k[i].chunk = (cnx_shard_chunk){.chunk_id = id,
+                                       .data = in->items[a + i].data,
+                                       .len = in->items[a + i].len};
         cnx_sharding_locate(spec, id, &k[i].shard, &minishard);
     }
     if (rc == 0)

@@ -430,6 +430,7 @@ static int check_mesh(const cnx_plan *p, size_t s)
     return rc;
 }
 
+/* A reduce of one input role, the side objects of a map stage. */
 static int check_index_reduce(const cnx_plan *p, size_t s, const char *role)
 {
     char what[64];
@@ -437,17 +438,13 @@ static int check_index_reduce(const cnx_plan *p, size_t s, const char *role)
     snprintf(what, sizeof(what), "role \"%s\"", role);
     if (rc == 0)
         rc = need_ninputs(p, s, 1, what);
-    if (rc == 0)
-        rc = need_no_params(p, s);
     return rc;
 }
 
 static int check_mesh_manifest(const cnx_plan *p, size_t s)
 {
     cnx_sharding_target target;
-    int sharded, rc = need_role(p, s, "index", 1, 0, 0);
-    if (rc == 0)
-        rc = need_ninputs(p, s, 1, "role \"index\"");
+    int sharded, rc = check_index_reduce(p, s, "index");
     if (rc == 0 && cnx__mesh_manifest_params(p->wf->stages[s].parameters,
                                              &sharded, &target) != 0)
         rc = refuse(p, s, "%s", cnx_error_last()->message);
@@ -457,11 +454,7 @@ static int check_mesh_manifest(const cnx_plan *p, size_t s)
 static int check_synapse_edges(const cnx_plan *p, size_t s)
 {
     cnx_annotation_layout layout;
-    char what[64];
-    int rc = need_role(p, s, "tables", 1, 0, 0);
-    snprintf(what, sizeof(what), "role \"%s\"", "tables");
-    if (rc == 0)
-        rc = need_ninputs(p, s, 1, what);
+    int rc = check_index_reduce(p, s, "tables");
     if (rc == 0 && cnx_synapse_edges_params_parse(p->wf->stages[s].parameters,
                                                   &layout) != 0)
         rc = refuse(p, s, "%s", cnx_error_last()->message);
