@@ -603,7 +603,9 @@ for l in synth/image synth/stitched/v1 synth/aligned/v1 synth/segmentation-align
   echo "  precomputed://$ng/$l"
 done
 echo "(a segmentation's info names its legacy meshes; for the multi-resolution Draco meshes add"
-echo "  precomputed://$ng/synth/segmentation/v1/mesh_multires as a second source of that layer)"
+echo "  precomputed://$ng/synth/segmentation/v1/mesh_multires as a second source of that layer;"
+echo "  the synapses: an annotation layer from"
+echo "  precomputed://$ng/synth/segmentation/v1/synapse_annotations/8_8_8/0-256_0-256_0-256)"
 python3 - "$ng" <<'PY'
 import json, sys, urllib.parse
 ng = sys.argv[1]
@@ -614,7 +616,13 @@ state = {"layers": [
     {"type": "segmentation", "source": "precomputed://%s/synth/segmentation-aligned/v1" % ng,
      "name": "segmentation (aligned image)", "visible": False},
     {"type": "segmentation", "source": "precomputed://%s/synth/segmentation/v1" % ng,
-     "name": "segmentation (predictions)"}],
+     "name": "segmentation (predictions)"},
+    # the synapses, shown for the segments selected in that layer
+    {"type": "annotation", "name": "synapses",
+     "source": "precomputed://%s/synth/segmentation/v1/synapse_annotations/8_8_8/0-256_0-256_0-256" % ng,
+     "linkedSegmentationLayer": {"pre_synaptic_cell": "segmentation (predictions)",
+                                 "post_synaptic_cell": "segmentation (predictions)"},
+     "filterBySegmentation": ["pre_synaptic_cell", "post_synaptic_cell"]}],
     "layout": "4panel"}
 print("or open: https://neuroglancer-demo.appspot.com/#!" +
       urllib.parse.quote(json.dumps(state, separators=(",", ":")), safe=""))
