@@ -100,7 +100,7 @@ submit req-clean
 finished req-clean
 check "clean run: done, 9 tasks (rc $RC)" [ "$RC" -eq 0 ]
 outputs >"$WORK/clean.sha256"
-check "clean run wrote the outputs (info and 8 + 8 chunks)" [ "$(wc -l <"$WORK/clean.sha256")" -eq 17 ]
+check "clean run wrote the outputs (info, provenance and 8 + 8 chunks)" [ "$(wc -l <"$WORK/clean.sha256")" -eq 18 ]
 
 # 1. Request errors, queued as the request starts.
 submit req-errors
