@@ -148,33 +148,52 @@ void cnx_murmur3_x86_128(const void *key, size_t len, uint32_t seed,
 
 /* --- chunk ids ---------------------------------------------------------- */
 
+static int ceil_log2(uint64_t v)
+{
+    int bits = 0;
+    while (bits < 64 && ((uint64_t)1 << bits) < v)
+        bits++;
+    return bits;
+}
+
+/* The bits of a compressed Morton code per axis of grid (each axis's
+ * ceil(log2(chunks))), and their total, at most 64. */
+static int grid_bits(const uint64_t grid[3], int bits[3], int *total)
+{
+    *total = 0;
+    for (int d = 0; d < 3; d++) {
+        bits[d] = ceil_log2(grid[d]);
+        *total += bits[d];
+    }
+    if (*total > 64)
+        return cnx_error_set(CNX_ERANGE, 0,
+                             "sharding: a grid of %" PRIu64 " x %" PRIu64
+                             " x %" PRIu64 " chunks needs %d bits of chunk "
+                             "id (64 at most)",
+                             grid[0], grid[1], grid[2], *total);
+    return 0;
+}
+
 int cnx_sharding_morton(const uint64_t pos[3], const uint64_t grid[3],
                         uint64_t *code)
 {
     int bits[3];
-    int total = 0, maxbits = 0, j = 0;
+    int total = 0, maxbits = 0, j = 0, rc;
     uint64_t out = 0;
 
-    for (int d = 0; d < 3; d++) {
+    for (int d = 0; d < 3; d++)
         if (grid[d] < 1 || pos[d] >= grid[d])
             return cnx_error_set(CNX_ERANGE, 0,
                                  "sharding: grid position %" PRIu64
                                  " outside the grid's %" PRIu64
                                  " chunks on axis %d",
                                  pos[d], grid[d], d);
-        bits[d] = 0;
-        while (bits[d] < 64 && ((uint64_t)1 << bits[d]) < grid[d])
-            bits[d]++;
-        total += bits[d];
+    rc = grid_bits(grid, bits, &total);
+    if (rc != 0)
+        return rc;
+    for (int d = 0; d < 3; d++)
         if (bits[d] > maxbits)
             maxbits = bits[d];
-    }
-    if (total > 64)
-        return cnx_error_set(CNX_ERANGE, 0,
-                             "sharding: a grid of %" PRIu64 " x %" PRIu64
-                             " x %" PRIu64 " chunks needs %d bits of chunk "
-                             "id (64 at most)",
-                             grid[0], grid[1], grid[2], total);
     for (int i = 0; i < maxbits; i++)
         for (int d = 0; d < 3; d++)
             if (i < bits[d])
@@ -820,14 +839,6 @@ done:
 
 /* --- choosing a spec ---------------------------------------------------- */
 
-static int ceil_log2(uint64_t v)
-{
-    int bits = 0;
-    while (bits < 64 && ((uint64_t)1 << bits) < v)
-        bits++;
-    return bits;
-}
-
 static int floor_log2(uint64_t v)
 {
     int bits = 0;
@@ -842,7 +853,7 @@ int cnx_sharding_choose(const uint64_t grid[3], uint64_t chunk_bytes,
 {
     uint64_t shard_bytes = CNX_SHARD_TARGET_BYTES;
     uint64_t mini = CNX_SHARD_TARGET_MINISHARD;
-    int total = 0, c, p;
+    int bits[3], total = 0, c, p, rc;
 
     if (target != NULL && target->shard_bytes > 0)
         shard_bytes = target->shard_bytes;
@@ -850,18 +861,13 @@ int cnx_sharding_choose(const uint64_t grid[3], uint64_t chunk_bytes,
         mini = target->minishard_chunks;
     if (chunk_bytes == 0)
         return cnx_error_set(CNX_EINVAL, 0, "sharding: chunk size 0 bytes");
-    for (int d = 0; d < 3; d++) {
+    for (int d = 0; d < 3; d++)
         if (grid[d] == 0)
             return cnx_error_set(CNX_EINVAL, 0,
                                  "sharding: grid axis %d has no chunks", d);
-        total += ceil_log2(grid[d]);
-    }
-    if (total > 64)
-        return cnx_error_set(CNX_ERANGE, 0,
-                             "sharding: a grid of %" PRIu64 " x %" PRIu64
-                             " x %" PRIu64 " chunks needs %d bits of chunk "
-                             "id (64 at most)",
-                             grid[0], grid[1], grid[2], total);
+    rc = grid_bits(grid, bits, &total);
+    if (rc != 0)
+        return rc;
     c = floor_log2(shard_bytes / chunk_bytes > 0 ? shard_bytes / chunk_bytes
                                                  : 1);
     if (c > total)
@@ -917,11 +923,10 @@ int cnx_sharding_choose_ids(uint64_t n, uint64_t total_bytes,
 void cnx_sharding_block(const cnx_sharding *spec, const uint64_t grid[3],
                         uint64_t block[3])
 {
-    int bits[3], left = spec->preshift_bits + spec->minishard_bits;
-    for (int d = 0; d < 3; d++) {
-        bits[d] = ceil_log2(grid[d]);
+    int bits[3], total, left = spec->preshift_bits + spec->minishard_bits;
+    (void)grid_bits(grid, bits, &total); /* the spec was chosen for grid */
+    for (int d = 0; d < 3; d++)
         block[d] = 1;
-    }
     for (int i = 0; i < 64 && left > 0; i++)
         for (int d = 0; d < 3 && left > 0; d++)
             if (i < bits[d]) {
