@@ -726,6 +726,7 @@ typedef struct shard_cache {
 
 struct cnx_layer {
     cnx_store *store;
+    int store_borrowed; /* 1: the caller's store, not freed with the layer */
     cnx_layer_info info;
     shard_cache shards;
 };
@@ -803,22 +804,33 @@ static void shard_cache_put(shard_cache *c, int scale, uint64_t shard,
     pthread_mutex_unlock(&c->lock);
 }
 
-static int layer_alloc(cnx_layer **out, const char *url)
+/* A layer (no info yet) over store; borrowed: the caller keeps it. */
+static int layer_new(cnx_layer **out, cnx_store *store, int borrowed)
 {
     cnx_layer *layer = calloc(1, sizeof(*layer));
-    int rc;
     *out = NULL;
-    if (layer == NULL)
+    if (layer == NULL) {
+        if (!borrowed)
+            cnx_store_free(store);
         return cnx_error_set(CNX_ENOMEM, 0, "layer: out of memory");
-    rc = cnx_store_open(&layer->store, url);
-    if (rc != 0) {
-        free(layer);
-        return rc;
     }
+    layer->store = store;
+    layer->store_borrowed = borrowed;
     pthread_mutex_init(&layer->shards.lock, NULL);
     *out = layer;
     return 0;
 }
+
+static int layer_alloc(cnx_layer **out, const char *url)
+{
+    cnx_store *store = NULL;
+    int rc = cnx_store_open(&store, url);
+    *out = NULL;
+    return rc != 0 ? rc : layer_new(out, store, 0);
+}
+
+static int read_info(cnx_layer *layer, cnx_layer_info *info,
+                     char digest[CNX_DIGEST_LEN]);
 
 static int check_info(const cnx_layer_info *info)
 {
@@ -864,16 +876,12 @@ int cnx_layer_create(cnx_layer **out, const char *url,
 int cnx_layer_open(cnx_layer **out, const char *url)
 {
     cnx_layer *layer = NULL;
-    uint8_t *text = NULL;
-    size_t len = 0;
+    char digest[CNX_DIGEST_LEN];
     int rc = layer_alloc(&layer, url);
     *out = NULL;
     if (rc != 0)
         return rc;
-    rc = cnx_store_get(layer->store, "info", 1 << 20, &text, &len);
-    if (rc == 0)
-        rc = cnx_info_parse(&layer->info, (const char *)text, len);
-    free(text);
+    rc = read_info(layer, &layer->info, digest);
     if (rc != 0) {
         cnx_error_wrap("layer %s", url);
         cnx_layer_free(layer);
@@ -889,7 +897,8 @@ void cnx_layer_free(cnx_layer *layer)
         return;
     shard_cache_clear(&layer->shards);
     pthread_mutex_destroy(&layer->shards.lock);
-    cnx_store_free(layer->store);
+    if (!layer->store_borrowed)
+        cnx_store_free(layer->store);
     free(layer);
 }
 
@@ -1291,34 +1300,28 @@ static int sharded_chunk_of(const cnx_layer_info *info, const char *name,
 int cnx_layer_object_digest(cnx_store *store, const char *name,
                             char digest[CNX_DIGEST_LEN], uint64_t *size)
 {
-    /* The store is borrowed: a layer of our own around it, freed by hand. */
-    cnx_layer layer;
+    cnx_layer *layer = NULL;
     uint8_t *bytes = NULL;
     size_t len = 0;
     int64_t g[3];
-    int s = -1, rc;
-
-    memset(&layer, 0, sizeof(layer));
-    layer.store = store;
-    pthread_mutex_init(&layer.shards.lock, NULL);
-    rc = cnx_store_get(store, name, 0, &bytes, &len);
+    int s = -1;
+    int rc = cnx_store_get(store, name, 0, &bytes, &len);
     if (rc == CNX_ENOTFOUND && strchr(name, '/') != NULL) {
         /* Not stored as an object: a chunk inside a shard, if the layer
          * has an info with a sharded scale of that key. */
         char why[sizeof(cnx_error_last()->message)];
-        uint8_t *text = NULL;
-        size_t tlen = 0;
+        char info_digest[CNX_DIGEST_LEN];
         snprintf(why, sizeof(why), "%s", cnx_error_last()->message);
-        if (cnx_store_get(store, "info", 1 << 20, &text, &tlen) == 0 &&
-            cnx_info_parse(&layer.info, (const char *)text, tlen) == 0 &&
-            sharded_chunk_of(&layer.info, name, &s, g) == 0) {
-            cnx_grid grid = cnx_info_grid(&layer.info, s);
+        rc = layer_new(&layer, store, 1);
+        if (rc == 0 && read_info(layer, &layer->info, info_digest) == 0 &&
+            sharded_chunk_of(&layer->info, name, &s, g) == 0) {
+            cnx_grid grid = cnx_info_grid(&layer->info, s);
             cnx_box cbox = cnx_grid_chunk_box(&grid, g);
-            rc = sharded_fetch(&layer, s, &grid, g, &cbox, &bytes, &len);
-        } else {
+            rc = sharded_fetch(layer, s, &grid, g, &cbox, &bytes, &len);
+        } else if (rc == 0) {
             rc = cnx_error_set(CNX_ENOTFOUND, 0, "%s", why);
         }
-        free(text);
+        cnx_layer_free(layer);
     }
     if (rc == 0) {
         cnx_digest(bytes, len, digest);
@@ -1326,8 +1329,6 @@ int cnx_layer_object_digest(cnx_store *store, const char *name,
             *size = (uint64_t)len;
     }
     free(bytes);
-    shard_cache_clear(&layer.shards);
-    pthread_mutex_destroy(&layer.shards.lock);
     return rc;
 }
 
