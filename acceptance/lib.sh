@@ -172,6 +172,30 @@ stop_workers() { # SIGTERM every worker start_stage_worker started, and wait
   WORKERS=()
 }
 
+request_over() { # roi, timeout s, workflow, request id: cnx-reprocess --wait of a
+  # workflow of $WORK/wf over file://$DATA -> RC, $WORK/<id>.json and .err
+  set +e
+  "$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow "$3" \
+    --workflows "$WORK/wf" --dataset "file://$DATA" --roi "$1" \
+    --request "$4" --wait --json --timeout "$2" >"$WORK/$4.json" 2>"$WORK/$4.err"
+  RC=$?
+  set -e
+}
+
+same_tree() { # dir a, dir b: the same files (lineage/ manifests, which name
+  # their tasks, and put temporaries aside), more than 8, with the same bytes
+  local a=$1 b=$2 n
+  (cd "$a" && find . -type f ! -name '.tmp.*' ! -path './lineage/*' | LC_ALL=C sort) >"$WORK/tree.a"
+  (cd "$b" && find . -type f ! -name '.tmp.*' ! -path './lineage/*' | LC_ALL=C sort) >"$WORK/tree.b"
+  n=$(wc -l <"$WORK/tree.a")
+  echo "  ${a#"$WORK"/}: $n objects; ${b#"$WORK"/}: $(wc -l <"$WORK/tree.b")"
+  diff "$WORK/tree.a" "$WORK/tree.b" >&2 || return 1
+  [ "$n" -gt 8 ] || return 1
+  while read -r f; do
+    cmp -s "$a/$f" "$b/$f" || { echo "  differs: $f" >&2; return 1; }
+  done <"$WORK/tree.a"
+}
+
 jq_py() { # file, python expression over d (the parsed JSON)
   "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
 }

@@ -71,14 +71,7 @@ start_segmentation_pool 1
 start_stage_worker cnx-synapses synapses synapses
 start_stage_worker cnx-synapses synapse-edges edges
 
-reprocess() { # workflow, request id -> RC, $WORK/<id>.json
-  set +e
-  "$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow "$1" \
-    --workflows "$WORK/wf" --dataset "file://$DATA" --roi 0,0,0,128,128,128 \
-    --request "$2" --wait --json --timeout 300 >"$WORK/$2.json" 2>"$WORK/$2.err"
-  RC=$?
-  set -e
-}
+reprocess() { request_over 0,0,0,128,128,128 300 "$@"; } # workflow, request id
 
 # ---- 2. every request done
 for w in seg-raw seg-sh seg-png seg-jpeg seg-jdec syn-raw syn-sh; do
@@ -87,28 +80,16 @@ for w in seg-raw seg-sh seg-png seg-jpeg seg-jdec syn-raw syn-sh; do
   [ "$RC" -eq 0 ] || { cat "$WORK/$w.err" >&2; tail -n 20 "$WORK"/*.log >&2 || true; }
 done
 
-# ---- 3. the same bytes, object for object
-same_tree() { # layer, version a, version b: the same files, the same bytes
-  local a=$DATA/$1/$2 b=$DATA/$1/$3 n
-  (cd "$a" && find . -type f ! -name '.tmp.*' ! -path './lineage/*' | LC_ALL=C sort) >"$WORK/t.a"
-  (cd "$b" && find . -type f ! -name '.tmp.*' ! -path './lineage/*' | LC_ALL=C sort) >"$WORK/t.b"
-  n=$(wc -l <"$WORK/t.a")
-  echo "  $1: $n objects in $2, $(wc -l <"$WORK/t.b") in $3"
-  diff "$WORK/t.a" "$WORK/t.b" >&2 || return 1
-  [ "$n" -gt 8 ] || return 1
-  while read -r f; do
-    cmp -s "$a/$f" "$b/$f" || { echo "  differs: $1 $f" >&2; return 1; }
-  done <"$WORK/t.a"
-}
+# ---- 3. the same bytes, object for object (same_tree: acceptance/lib.sh)
 for pair in "v1 v2 raw sharded" "v1 v3 raw png" "v5 v4 decoded-jpeg jpeg"; do
   set -- $pair
-  check "fragments/$1 ($3) = fragments/$2 ($4)" same_tree fragments "$1" "$2"
+  check "fragments/$1 ($3) = fragments/$2 ($4)" same_tree "$DATA/fragments/$1" "$DATA/fragments/$2"
   check "segmentation/$1 ($3) = segmentation/$2 ($4): chunks, meshes, properties" \
-    same_tree segmentation "$1" "$2"
+    same_tree "$DATA/segmentation/$1" "$DATA/segmentation/$2"
 done
 nsyn=$(cat "$DATA"/gt-synapses/v1/synapses/*/* 2>/dev/null | wc -l)
 check "gt-synapses/v1 (gt) = gt-synapses/v2 (sharded gt): tables, connectivity ($nsyn synapses)" \
-  same_tree gt-synapses v1 v2
+  same_tree "$DATA/gt-synapses/v1" "$DATA/gt-synapses/v2"
 check "the synapse tables are not empty" [ "$nsyn" -gt 0 ]
 
 # ---- 4. input chunks inside shards: their names and digests in the tasks

@@ -75,14 +75,7 @@ start_controller
 start_segmentation_pool 1
 start_stage_worker cnx-shard shard shard
 
-reprocess() { # workflow, request id -> RC, $WORK/<id>.json
-  set +e
-  "$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow "$1" \
-    --workflows "$WORK/wf" --dataset "file://$DATA" --roi 0,0,0,128,128,64 \
-    --request "$2" --wait --json --timeout 150 >"$WORK/$2.json" 2>"$WORK/$2.err"
-  RC=$?
-  set -e
-}
+reprocess() { request_over 0,0,0,128,128,64 300 "$@"; } # workflow, request id
 shard_tasks() { jq_py "$WORK/$1.json" '[s["done"] for s in d["stages"] if s["stage"] == "shard"]'; }
 
 reprocess seg-sharded r1
