@@ -138,19 +138,14 @@ def sharded_layer(ds, dst, src_info, chunk_bytes, spec, rng):
     grid = [(s + c - 1) // c for s, c in zip(size, chunk)]
     root = os.path.join(ds, dst)
     os.makedirs(os.path.join(root, sc["key"]))
-    shards = {}
-    for lo, hi in boxes(size, chunk):
-        g = [a // c for a, c in zip(lo, chunk)]
-        cid = sharded_ref.morton(g, grid)
-        shards.setdefault(sharded_ref.locate(spec, cid)[0], {})[cid] = chunk_bytes(lo, hi)
-    for shard, group in shards.items():
-        with open(os.path.join(root, sc["key"], sharded_ref.shard_name(spec, shard)), "wb") as f:
-            f.write(sharded_ref.build_shard(spec, group, rng))
+    chunks = {sharded_ref.morton([a // c for a, c in zip(lo, chunk)], grid): chunk_bytes(lo, hi)
+              for lo, hi in boxes(size, chunk)}
+    n = sharded_ref.write_shards(os.path.join(root, sc["key"]), spec, chunks, rng)
     info = json.loads(json.dumps(src_info))
     info["scales"][0]["sharding"] = spec
     with open(os.path.join(root, "info"), "w") as f:
         json.dump(info, f)
-    return len(shards)
+    return n
 
 
 def main():

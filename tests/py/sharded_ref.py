@@ -225,17 +225,24 @@ def full_spec(hash_, mbits, sbits, pre, ienc, denc):
             "minishard_index_encoding": ienc, "data_encoding": denc}
 
 
+def write_shards(directory, spec, chunks, rng):
+    """chunks: {chunk id: bytes}, each into its shard file in directory
+    (shards with no chunk are not written); returns the shard count."""
+    shards = {}
+    for cid, data in chunks.items():
+        shards.setdefault(locate(spec, cid)[0], {})[cid] = data
+    for shard, group in shards.items():
+        with open(os.path.join(directory, shard_name(spec, shard)), "wb") as f:
+            f.write(build_shard(spec, group, rng))
+    return len(shards)
+
+
 def write_set(root, spec, chunks, missing, rng):
     os.makedirs(os.path.join(root, "s"))
     os.makedirs(os.path.join(root, "expect"))
     with open(os.path.join(root, "info"), "w") as f:
         f.write(info_json(spec))
-    shards = {}
-    for cid, data in chunks.items():
-        shards.setdefault(locate(spec, cid)[0], {})[cid] = data
-    for shard, group in shards.items():
-        with open(os.path.join(root, "s", shard_name(spec, shard)), "wb") as f:
-            f.write(build_shard(spec, group, rng))
+    nshards = write_shards(os.path.join(root, "s"), spec, chunks, rng)
     with open(os.path.join(root, "chunks.txt"), "w") as f:
         for cid, data in sorted(chunks.items()):
             f.write("%d\n" % cid)
@@ -244,7 +251,7 @@ def write_set(root, spec, chunks, missing, rng):
     with open(os.path.join(root, "missing.txt"), "w") as f:
         for cid in missing:
             f.write("%d\n" % cid)
-    return len(shards)
+    return nshards
 
 
 def random_chunks(rng, count, small):
@@ -405,12 +412,7 @@ def write_volume(root, spec, size, chunk, offset, channels, whole_edges,
                         "sharding": spec}]}
     with open(os.path.join(root, "info"), "w") as f:
         json.dump(info, f)
-    shards = {}
-    for cid, data in chunks.items():
-        shards.setdefault(locate(spec, cid)[0], {})[cid] = data
-    for shard, group in shards.items():
-        with open(os.path.join(root, "s", shard_name(spec, shard)), "wb") as f:
-            f.write(build_shard(spec, group, rng))
+    write_shards(os.path.join(root, "s"), spec, chunks, rng)
     with open(os.path.join(root, "volume.bin"), "wb") as f:
         f.write(vol)
 
