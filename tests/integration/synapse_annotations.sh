@@ -15,6 +15,7 @@
 #     missing post-synaptic index file, a synapse missing from the
 #     collection and a property moved by one byte each make the reader fail.
 source "${CNX_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}/acceptance/lib.sh"
+source "$SRC/acceptance/annotations_lib.sh"
 DATA=$WORK/data
 REF=$SRC/tests/py/annotations_ref.py
 for tool in kcat openssl; do
@@ -56,45 +57,12 @@ check "annotations_ref.py: the collection gives back the tables exactly" \
 check "by_id holds one entry per synapse" [ "$(ls "$COLL/by_id" | wc -l)" -eq "$N" ]
 
 # ---- 3. lineage covers every annotation object
-set +e
-"$BIN/cnx-verify" --trust "$WORK/trust" --ledger "$WORK/ledger.db" --quiet \
-  --layer "file://$LAYER" >"$WORK/verify.txt" 2>&1
-rc=$?
-set -e
-tail -n 3 "$WORK/verify.txt"
-check "cnx-verify --layer gt-synapses/v1 exits 0 (rc $rc)" [ "$rc" -eq 0 ]
-check "every file of the collection is a subject of a signed manifest" "$PY" -c '
-import base64, json, os, sys
-layer, coll = sys.argv[1], sys.argv[2]
-subjects = set()
-for dp, _, fs in os.walk(os.path.join(layer, "lineage")):
-    for f in fs:
-        st = json.loads(base64.b64decode(json.load(open(os.path.join(dp, f)))["payload"]))
-        subjects |= {s["name"] for s in st["subject"]}
-files = ["file://" + os.path.join(dp, f) for dp, _, fs in os.walk(coll) for f in fs]
-missing = [f for f in files if f not in subjects]
-print("  %d files, %d not in a manifest" % (len(files), len(missing)))
-assert files and not missing, missing[:3]' "$LAYER" "$COLL"
+check_lineage_covers "file"
 
 # ---- 4. again: bit-identical
-reprocess ann-second
-check "second run done (rc $RC)" [ "$RC" -eq 0 ]
-check "second run: every repeated task bit-identical" "$PY" -c 'import json, sys
-d = json.load(open(sys.argv[1]))
-print("  %d of %d repeated tasks identical" % (d["identical"], d["repeated"]))
-assert d["repeated"] >= 2 and d["identical"] == d["repeated"], (d["repeated"], d["identical"])
-assert not d["violations"], d["violations"]' "$WORK/ann-second.json"
+check_second_run ann-second
 
 # ---- 5. the reader fails on damaged collections
-broken() { # name, python editing the copy at sys.argv[1]: the reader must exit 1
-  local copy=$WORK/broken-$1 rc=0
-  rm -rf "$copy"
-  cp -r "$COLL" "$copy"
-  "$PY" -c "$2" "$copy"
-  "$PY" "$REF" "$copy" "$LAYER/synapses" >/dev/null 2>"$WORK/broken-$1.err" || rc=$?
-  echo "  $1: exit $rc: $(cat "$WORK/broken-$1.err")"
-  [ "$rc" -eq 1 ]
-}
 check "a flipped byte in a by_id entry is found" broken flip '
 import os, sys
 d = os.path.join(sys.argv[1], "by_id"); f = os.path.join(d, sorted(os.listdir(d))[0])
