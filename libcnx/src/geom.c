@@ -57,6 +57,16 @@ cnx_box cnx_box_intersect(const cnx_box *a, const cnx_box *b)
     return r;
 }
 
+cnx_box cnx_box_hull(const cnx_box *a, const cnx_box *b)
+{
+    cnx_box r;
+    for (int i = 0; i < 3; i++) {
+        r.min[i] = cnx_imin(a->min[i], b->min[i]);
+        r.max[i] = cnx_imax(a->max[i], b->max[i]);
+    }
+    return r;
+}
+
 int cnx_box_contains(const cnx_box *outer, const cnx_box *inner)
 {
     if (cnx_box_empty(inner))

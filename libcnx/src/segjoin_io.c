@@ -22,20 +22,6 @@ static const char *const tag_descriptions[] = {
     "fragments in more than one chunk"};
 enum { TAG_MULTI_CHUNK = 3 };
 
-/* Index of id in the ascending ids, or n. */
-static size_t seg_index(const cnx_segjoin *j, uint64_t id)
-{
-    size_t lo = 0, hi = j->nsegs;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (j->seg_ids[mid] < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 int cnx_segjoin_properties_json(const cnx_segjoin *j,
                                 const double resolution[3], char **out)
 {
@@ -45,29 +31,12 @@ int cnx_segjoin_properties_json(const cnx_segjoin *j,
     const char *dtype = "uint32";
     const double um3_per_voxel =
         resolution[0] * resolution[1] * resolution[2] * 1e-9;
-    size_t *last = NULL, *chunks = NULL;
     char text[96];
 
     *out = NULL;
-    if (j->nsegs > 0) {
-        last = malloc(j->nsegs * sizeof(*last));
-        chunks = calloc(j->nsegs, sizeof(*chunks));
-    }
     if (ids == NULL || vals == NULL || labels == NULL || tags == NULL ||
-        names == NULL || descs == NULL ||
-        (j->nsegs > 0 && (last == NULL || chunks == NULL)))
+        names == NULL || descs == NULL)
         goto done;
-    /* The chunks each segment has fragments in. */
-    for (size_t i = 0; i < j->nsegs; i++)
-        last[i] = SIZE_MAX;
-    for (size_t k = 0; k < j->nchunks; k++)
-        for (size_t f = j->first[k]; f < j->first[k + 1]; f++) {
-            size_t i = seg_index(j, j->seg[f]);
-            if (i < j->nsegs && last[i] != k) {
-                last[i] = k;
-                chunks[i]++;
-            }
-        }
     for (size_t i = 0; i < j->nsegs; i++)
         if (j->seg_size[i] > UINT32_MAX)
             dtype = "float32"; /* documented: counts over 2^32 - 1 */
@@ -86,7 +55,7 @@ int cnx_segjoin_properties_json(const cnx_segjoin *j,
                  ",%" PRIu64, um3, v & mask, (v >> 21) & mask, v >> 42);
         json_array_append_new(labels, json_string(text));
         t = json_pack("[i]", (json_int_t)cls);
-        if (t != NULL && chunks[i] > 1)
+        if (t != NULL && j->seg_multi[i])
             json_array_append_new(t, json_integer(TAG_MULTI_CHUNK));
         json_array_append_new(tags, t);
     }
@@ -113,7 +82,5 @@ done:
     json_decref(tags);
     json_decref(names);
     json_decref(descs);
-    free(last);
-    free(chunks);
     return *out ? 0 : cnx_error_set(CNX_ENOMEM, 0, "segjoin: out of memory");
 }

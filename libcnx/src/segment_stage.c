@@ -188,9 +188,110 @@ static void free_inputs(cnx_segjoin_input *in, size_t n)
     free(in);
 }
 
+/* Read every object the task lists for role into in[] (names borrowed). */
+static int read_side(cnx_stage_io *io, const cnx_task_input *objs,
+                     const char *role, cnx_segjoin_input **in)
+{
+    int rc = 0;
+    *in = calloc(objs->nobjects ? objs->nobjects : 1, sizeof(**in));
+    if (*in == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "segment-join: out of memory");
+    for (size_t k = 0; k < objs->nobjects && rc == 0; k++) {
+        uint8_t *data = NULL;
+        (*in)[k].name = objs->objects[k].name;
+        rc = cnx_stage_get(io, role, (*in)[k].name, SIDE_MAX, &data,
+                           &(*in)[k].len);
+        (*in)[k].data = data;
+    }
+    return rc;
+}
+
+/* The join's parameters: lengths in nm at the output scale's resolution,
+ * the fragments'. */
+static int join_params(cnx_stage_io *io, const cnx_task *task,
+                       const char *stage, cnx_segment_params *p)
+{
+    int rc = check_output(io, stage);
+    if (rc == 0) {
+        const cnx_layer_info *o =
+            cnx_layer_get_info(cnx_stage_output_layer(io));
+        const cnx_scale *sc = &o->scales[cnx_stage_output_scale(io)];
+        rc = parse_params(task, sc->resolution, stage, p);
+    }
+    return rc;
+}
+
+/* Each chunk of j inside roi: its mapping; the voxels it covers. */
+static int put_mappings(cnx_stage_io *io, const cnx_task *task,
+                        const cnx_segjoin *j, int64_t *voxels)
+{
+    int rc = 0;
+    for (size_t k = 0; k < j->nchunks && rc == 0; k++) {
+        uint8_t *map = NULL;
+        size_t len = 0;
+        char name[512];
+        cnx_box in = cnx_box_intersect(&j->chunks[k], &task->roi);
+        if (cnx_box_voxels(&in) != cnx_box_voxels(&j->chunks[k]))
+            continue; /* a block beyond the region: not this task's */
+        rc = cnx_segjoin_mapping_encode(j, k, &map, &len);
+        if (rc == 0)
+            rc = cnx_side_object_name(MAPPING_DIR, task->output_scale,
+                                      &j->chunks[k], name, sizeof(name));
+        if (rc == 0)
+            rc = cnx_stage_put(io, name, map, len);
+        *voxels += cnx_box_voxels(&j->chunks[k]);
+        free(map);
+    }
+    return rc;
+}
+
+/*
+ * The top of a join as a tree: the level-1 block summaries merged over
+ * their whole box (nothing is left open), then each block's chunks'
+ * mappings, one block at a time, and the segment properties.
+ */
+static int join_tree_top(cnx_stage_io *io, const cnx_task *task,
+                         const cnx_segjoin_input *in, size_t n,
+                         const cnx_segment_params *p, cnx_segjoin *all,
+                         int64_t *voxels)
+{
+    cnx_box region, b;
+    cnx_segjoin_input top = {NULL, 0, "the top"};
+    cnx_segjoin_tree *t = NULL;
+    uint8_t *bytes = NULL;
+    int rc = n > 0 ? 0
+                   : cnx_error_set(CNX_ESCHEMA, 0,
+                                   "segment-join: inputs.blocks: no block "
+                                   "summary");
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        rc = cnx_segjoin_summary_box(&in[k], &b, NULL);
+        region = k == 0 ? b : cnx_box_hull(&region, &b);
+    }
+    if (rc == 0)
+        rc = cnx_segjoin_merge(in, n, &region, &region, p, &bytes, &top.len);
+    top.data = bytes;
+    if (rc == 0)
+        rc = cnx_segjoin_tree_open(&top, 1, &t);
+    if (rc == 0)
+        rc = cnx_segjoin_tree_segments(t, all);
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        cnx_segjoin j;
+        memset(&j, 0, sizeof(j));
+        rc = cnx_segjoin_tree_block(t, &in[k], &j);
+        if (rc == 0)
+            rc = put_mappings(io, task, &j, voxels);
+        cnx_segjoin_free(&j);
+    }
+    cnx_segjoin_tree_free(t);
+    free(bytes);
+    return rc;
+}
+
 static int run_join(void *ctx, const cnx_task *task, cnx_stage_io *io)
 {
     const cnx_task_input *faces = cnx_task_input_get(task, "faces");
+    const cnx_task_input *blocks = cnx_task_input_get(task, "blocks");
+    const cnx_task_input *objs = faces ? faces : blocks;
     cnx_segjoin_input *in = NULL;
     cnx_segment_params p;
     cnx_segjoin j;
@@ -200,44 +301,22 @@ static int run_join(void *ctx, const cnx_task *task, cnx_stage_io *io)
 
     (void)ctx;
     memset(&j, 0, sizeof(j));
-    if (faces == NULL || task->ninputs != 1)
+    if (objs == NULL || task->ninputs != 1)
         return cnx_error_set(CNX_ESCHEMA, 0,
                              "segment-join: inputs: must be exactly one role, "
-                             "\"faces\" (the face records of segment)");
-    /* Lengths in nm at the output scale's resolution: the fragments'. */
-    rc = check_output(io, "segment-join");
-    if (rc == 0) {
-        const cnx_layer_info *o =
-            cnx_layer_get_info(cnx_stage_output_layer(io));
-        const cnx_scale *sc = &o->scales[cnx_stage_output_scale(io)];
-        rc = parse_params(task, sc->resolution, "segment-join", &p);
-    }
+                             "\"faces\" (the face records of segment) or "
+                             "\"blocks\" (the summaries of "
+                             "segment-join-block)");
+    rc = join_params(io, task, "segment-join", &p);
     if (rc != 0)
         return rc;
-    in = calloc(faces->nobjects ? faces->nobjects : 1, sizeof(*in));
-    if (in == NULL)
-        return cnx_error_set(CNX_ENOMEM, 0, "segment-join: out of memory");
-    for (size_t k = 0; k < faces->nobjects && rc == 0; k++) {
-        uint8_t *data = NULL;
-        in[k].name = faces->objects[k].name;
-        rc = cnx_stage_get(io, "faces", in[k].name, SIDE_MAX, &data,
-                           &in[k].len);
-        in[k].data = data;
-    }
-    if (rc == 0)
+    rc = read_side(io, objs, faces ? "faces" : "blocks", &in);
+    if (rc == 0 && faces != NULL) {
         rc = cnx_segjoin_run(in, faces->nobjects, &p, &j);
-    for (size_t k = 0; k < j.nchunks && rc == 0; k++) {
-        uint8_t *map = NULL;
-        size_t len = 0;
-        char name[512];
-        rc = cnx_segjoin_mapping_encode(&j, k, &map, &len);
         if (rc == 0)
-            rc = cnx_side_object_name(MAPPING_DIR, task->output_scale,
-                                      &j.chunks[k], name, sizeof(name));
-        if (rc == 0)
-            rc = cnx_stage_put(io, name, map, len);
-        voxels += cnx_box_voxels(&j.chunks[k]);
-        free(map);
+            rc = put_mappings(io, task, &j, &voxels);
+    } else if (rc == 0) {
+        rc = join_tree_top(io, task, in, blocks->nobjects, &p, &j, &voxels);
     }
     if (rc == 0)
         rc = cnx_segjoin_properties_json(&j, p.resolution, &props);
@@ -247,9 +326,83 @@ static int run_join(void *ctx, const cnx_task *task, cnx_stage_io *io)
         cnx_stage_add_voxels(io, voxels);
     free(props);
     cnx_segjoin_free(&j);
-    free_inputs(in, faces->nobjects);
+    free_inputs(in, objs->nobjects);
     return rc;
 }
+
+/*
+ * segment-join-block: one block's summary from the face records of its
+ * chunks and of the chunks beside it (the halo lists them), or from the
+ * summaries of the blocks inside it. The region is the box of every
+ * record the task lists: a face with no record beyond it leads nowhere.
+ */
+static int run_join_block(void *ctx, const cnx_task *task, cnx_stage_io *io)
+{
+    const cnx_task_input *faces = cnx_task_input_get(task, "faces");
+    const cnx_task_input *blocks = cnx_task_input_get(task, "blocks");
+    const cnx_task_input *objs = faces ? faces : blocks;
+    cnx_segjoin_input *in = NULL;
+    cnx_segment_params p;
+    cnx_box region = task->roi;
+    uint8_t *out = NULL;
+    size_t len = 0;
+    char name[512];
+    int rc;
+
+    (void)ctx;
+    if (objs == NULL || task->ninputs != 1)
+        return cnx_error_set(CNX_ESCHEMA, 0,
+                             "segment-join-block: inputs: must be exactly "
+                             "one role, \"faces\" or \"blocks\"");
+    rc = join_params(io, task, "segment-join-block", &p);
+    if (rc == 0)
+        rc = read_side(io, objs, faces ? "faces" : "blocks", &in);
+    for (size_t k = 0; k < objs->nobjects && rc == 0 && faces; k++) {
+        /* <dir>/<scale>/<chunk box> */
+        const char *slash = strrchr(in[k].name, '/');
+        cnx_box c;
+        if (cnx_box_parse(slash ? slash + 1 : in[k].name, &c) != 0)
+            rc = cnx_error_set(CNX_ESCHEMA, 0,
+                               "segment-join-block: inputs.faces: '%.200s' "
+                               "is not a chunk's face record",
+                               in[k].name);
+        else
+            region = cnx_box_hull(&region, &c);
+    }
+    if (rc == 0 && faces != NULL)
+        rc = cnx_segjoin_block(in, objs->nobjects, &task->roi, &region, &p,
+                               &out, &len);
+    else if (rc == 0)
+        rc = cnx_segjoin_merge(in, objs->nobjects, &task->roi, &region, &p,
+                               &out, &len);
+    if (rc == 0)
+        rc = cnx_side_object_name(CNX_STAGE_JOIN_BLOCKS_DIR,
+                                  task->output_scale, &task->roi, name,
+                                  sizeof(name));
+    if (rc == 0)
+        rc = cnx_stage_put(io, name, out, len);
+    if (rc == 0)
+        cnx_stage_add_voxels(io, cnx_box_voxels(&task->roi));
+    free(out);
+    free_inputs(in, objs->nobjects);
+    return rc;
+}
+
+const cnx_stage cnx_stage_segment_join_block = {
+    .name = "segment-join-block",
+    .kernel_version = CNX_SEGJOIN_VERSION,
+    .run = run_join_block,
+    .ctx = NULL,
+    .help = "One block of the join as a tree (map, one block of whole\n"
+            "chunks per task, halo 1): input role \"faces\" lists the face\n"
+            "records of the block's chunks and of the chunks beside it;\n"
+            "writes the block's summary blocks/<scale>/<block> (what the\n"
+            "level above needs: the components reaching the block's faces,\n"
+            "the seam edges leaving it, voxel counts, and each fragment's\n"
+            "segment or open component). Role \"blocks\" instead merges the\n"
+            "summaries of smaller blocks. segment-join with role \"blocks\"\n"
+            "is the top. Parameters as segment.\n",
+};
 
 const cnx_stage cnx_stage_segment_join = {
     .name = "segment-join",

@@ -389,14 +389,45 @@ static int check_segment(const cnx_plan *p, size_t s)
     return rc;
 }
 
+/* The join's input: the face records ("faces") or, for a join as a tree,
+ * the block summaries below ("blocks"). */
+static int join_input(const cnx_plan *p, size_t s)
+{
+    const char *role = role_input(p, s, "blocks") ? "blocks" : "faces";
+    int rc = need_role(p, s, role, 1, 0, 0);
+    if (rc == 0)
+        rc = need_ninputs(p, s, 1, "role \"faces\" or \"blocks\"");
+    return rc;
+}
+
 static int check_join(const cnx_plan *p, size_t s)
 {
     cnx_segment_params sp;
-    int rc = need_role(p, s, "faces", 1, 0, 0);
-    if (rc == 0)
-        rc = need_ninputs(p, s, 1, "role \"faces\"");
+    int rc = join_input(p, s);
     if (rc == 0)
         rc = need_u64_output(p, s);
+    if (rc == 0)
+        rc = segment_params(p, s, p->stages[s].out_scale.resolution, &sp);
+    return rc;
+}
+
+/* segment-join-block: a map stage over blocks of whole chunks, reading one
+ * voxel around them (the records beside its faces). */
+static int check_join_block(const cnx_plan *p, size_t s)
+{
+    cnx_segment_params sp;
+    int rc = join_input(p, s);
+    if (rc == 0 && p->wf->stages[s].kind != CNX_WF_MAP)
+        rc = refuse(p, s,
+                    "the segment-join-block worker summarises one block "
+                    "per task; make it a map stage with \"task_size\" the "
+                    "block");
+    if (rc == 0 && role_input(p, s, "faces") && p->stages[s].halo < 1)
+        rc = refuse(p, s,
+                    "halo %" PRId64 ": the segment-join-block worker reads "
+                    "the face records beside its block; set \"halo\" to at "
+                    "least 1, or leave it out (derived: 1)",
+                    p->stages[s].halo);
     if (rc == 0)
         rc = segment_params(p, s, p->stages[s].out_scale.resolution, &sp);
     return rc;
@@ -701,6 +732,8 @@ static const worker_rule worker_rules[] = {
     {"segment", rule_same, 0, halo_segment, check_segment, CNX_STAGE_FACES_DIR},
     {"segment-join", rule_same, 0, halo_zero, check_join,
      CNX_STAGE_MAPPING_DIR},
+    {"segment-join-block", rule_same, 0, halo_one, check_join_block,
+     CNX_STAGE_JOIN_BLOCKS_DIR},
     {"segment-relabel", rule_same, 0, halo_zero, check_relabel, NULL},
     {"mesh", rule_same, 0, halo_one, check_mesh, CNX_STAGE_MESH_INDEX_DIR},
     {"mesh-manifest", rule_same, 0, halo_zero, check_mesh_manifest, NULL},
@@ -1135,6 +1168,13 @@ static int derive_geometry(cnx_plan *p, const cnx_plan_external *ext)
         ps->out_dtype =
             st->out_dtype >= 0 ? (cnx_dtype)st->out_dtype : in_dtype;
         in = ps->in_scale;
+        if (strcmp(st->worker, "segment-join") == 0 && st->ninputs == 1 &&
+            st->inputs[0].stage >= 0 &&
+            strcmp(wf->stages[st->inputs[0].stage].worker,
+                   "segment-join-block") == 0)
+            /* the top of a join as a tree writes on the fragments' grid,
+             * as the one-task join does, not on the blocks' */
+            in = p->stages[st->inputs[0].stage].in_scale;
         /* Outputs are written one object a chunk, raw or
          * compressed_segmentation, whatever the input's layout, encoding
          * and other members (sharded, jpeg and png inputs are read). */
@@ -1161,6 +1201,14 @@ static int derive_geometry(cnx_plan *p, const cnx_plan_external *ext)
         rc = rule->out_scale(&in, &ps->out_scale, ps->factor, st->name);
         if (rc != 0)
             return cnx_error_wrap("workflow %s", wf->name);
+        if (strcmp(st->worker, "segment-join-block") == 0)
+            for (int i = 0; i < 3; i++) {
+                /* one summary per task: the output's chunk is the block */
+                int64_t c = in.chunk[i], want = st->task_size[i];
+                want = want < c ? c : (want / c) * c;
+                ps->out_scale.chunk[i] = cnx_imin(want, in.size[i]);
+                ps->out_scale.encoding = CNX_ENC_RAW;
+            }
         if (rule->out_scale == rule_shard) { /* the one sharded output */
             rc = plan_sharding(p, s);
             if (rc != 0)

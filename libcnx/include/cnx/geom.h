@@ -58,6 +58,8 @@ int64_t cnx_box_voxels(const cnx_box *box);
 void cnx_box_size(const cnx_box *box, int64_t size[3]);
 /** @return the intersection (possibly empty). */
 cnx_box cnx_box_intersect(const cnx_box *a, const cnx_box *b);
+/** @return the smallest box holding both (non-empty) boxes. */
+cnx_box cnx_box_hull(const cnx_box *a, const cnx_box *b);
 /** @return 1 if inner lies inside outer (an empty inner always does). */
 int cnx_box_contains(const cnx_box *outer, const cnx_box *inner);
 /** @return 1 if the boxes are equal. */

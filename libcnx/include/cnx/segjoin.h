@@ -12,18 +12,23 @@
  *     task also writes a face record: its fragments' voxel counts and, on
  *     each of its six faces, the fragment ids and quantised boundary values
  *     of the face's voxel layer.
- *  2. join (reduce, one task): for every pair of chunks that share a face,
- *     each face position pairs the two layers' fragments; the edge between
- *     two fragments gets the mean of cnx_segment_pair_value over its
- *     positions (integer sums, compared as the kernel compares its edges:
- *     cnx_segment_edge_value against cnx_segment_merge_level), and every
- *     edge below the merge threshold with at least CNX_SEGJOIN_MIN_CONTACT
- *     face pairs is joined by union-find; in mode
- *     2D (cnx_segment_mode_of) no edge crosses a z face. A segment's id
- *     is the least fragment id in it, so nothing depends on the order of
- *     chunks or edges. The join writes
- *     one mapping per chunk (fragment -> segment for the chunk's fragments)
- *     and the segment properties (voxel count per segment).
+ *  2. join (reduce: one task, or a tree of block tasks): for every pair
+ *     of chunks that share a face, each face position pairs the two
+ *     layers' fragments; the edge between two fragments sums
+ *     cnx_segment_pair_value over its positions (an edge of fewer than
+ *     CNX_SEGJOIN_MIN_CONTACT positions counts the rest as 255) and its
+ *     value is cnx_segment_edge_value. Every edge under the merge level
+ *     joins its fragments (union-find); then each component under
+ *     min_size_nm3 links to the far end of its lowest edge leaving it
+ *     (edges ordered by value, then the two fragment ids), and a segment
+ *     is a tree of links, named by the least fragment id of the component
+ *     at its root (of a pair linking to each other: the lesser). In mode
+ *     2D (cnx_segment_mode_of) no edge crosses a z face. Unions and
+ *     minima only: nothing depends on the order of chunks, edges or
+ *     blocks, so a tree of blocks (cnx_segjoin_block, cnx_segjoin_merge)
+ *     gives the bytes of the one task (cnx_segjoin_run). The join writes
+ *     one mapping per chunk (fragment -> segment for the chunk's
+ *     fragments) and the segment properties (voxel count per segment).
  *  3. relabel (map, one task per chunk): fragment ids -> segment ids.
  *
  * The face record and the mapping are little-endian binary documents
@@ -60,10 +65,12 @@ extern "C" {
 
 /**
  * Version of the segment-join stage's outputs (mappings and segment
- * properties): 4 adds the properties' label and tags (the mappings are
- * segment kernel version 3's).
+ * properties): 5 is the rule above (unions under the level, then links of
+ * the small components), which a tree of blocks computes exactly; 4 (the
+ * greedy agglomeration of the segment kernel over the seam edges) could
+ * only be computed in one task.
  */
-#define CNX_SEGJOIN_VERSION 4
+#define CNX_SEGJOIN_VERSION 5
 
 /** The geometry-derived id of a fragment whose first voxel is (x, y, z). */
 static inline uint64_t cnx_segjoin_id(int64_t x, int64_t y, int64_t z)
@@ -114,30 +121,107 @@ typedef struct cnx_segjoin_input {
     const char *name; /* for error messages */
 } cnx_segjoin_input;
 
-/** The result of a join. */
+/** The result of a join: every fragment's segment, and the segments. */
 typedef struct cnx_segjoin {
     size_t nchunks;
-    cnx_box *chunks;    /* the chunks, in input order */
+    cnx_box *chunks;    /* the chunks, in input order (block order for
+                         * cnx_segjoin_block_result) */
     size_t *first;      /* chunk k's fragments: frag[first[k] .. first[k+1]) */
     uint64_t *frag;     /* fragment ids, ascending within each chunk */
     uint64_t *seg;      /* segment of each fragment */
     size_t nsegs;
     uint64_t *seg_ids;  /* segment ids ascending */
     uint64_t *seg_size; /* voxel count of each */
-    size_t nedges, nmerged; /* cross-face edges seen and joined */
+    uint8_t *seg_multi; /* 1: fragments in more than one chunk */
+    size_t nedges, nmerged; /* seam edges seen and joined (union-find) */
 } cnx_segjoin;
 
 /**
- * Join the fragments of chunks across their shared faces.
+ * Join the fragments of chunks across their shared faces, in one task:
+ * cnx_segjoin_block over the box of all the chunks, then
+ * cnx_segjoin_block_result. The result is, byte for byte, what a tree of
+ * blocks over the same records gives (cnx_segjoin_merge).
  * @param p  merge_threshold, the mode (2D: no edge across z) and
  *           min_size_nm3 at p->resolution (the cleanup) are used
  * @param[out] out  free with cnx_segjoin_free()
  * @return 0; CNX_ECORRUPT naming the input for a malformed record;
- *         CNX_EINVAL for overlapping chunks or a fragment in two chunks;
- *         CNX_ENOMEM.
+ *         CNX_EINVAL for overlapping chunks, a fragment in two chunks or
+ *         chunks that do not fill their box; CNX_ENOMEM.
  */
 int cnx_segjoin_run(const cnx_segjoin_input *in, size_t n,
                     const cnx_segment_params *p, cnx_segjoin *out);
+
+/*
+ * The join as a tree (docs/segment.md, "The join as a tree"). The region
+ * is cut into blocks of whole chunks; each block's task turns its chunks'
+ * face records into a block summary (cnx_segjoin_block); a level above
+ * merges the summaries of the blocks inside its own block
+ * (cnx_segjoin_merge), and so on up to one block over the whole region,
+ * whose summary leaves nothing open. A summary holds what the levels
+ * above need and nothing else: the components that touch the block's
+ * outer faces (open), the seam edges leaving the block, the smallest
+ * components' candidate edges, and per segment its voxel count; plus,
+ * for the way down, each of its chunks' fragments (level 1) or each open
+ * component below (higher levels) with its segment or the open
+ * component it belongs to. Memory per task is bounded by its block, not
+ * by the region. Layout: docs/formats.md ("Join block summary").
+ */
+
+/**
+ * Level 1: the summary of block from the face records of its chunks and
+ * of the chunks just beyond its high faces (records of other chunks are
+ * ignored). Every chunk of block inside region must have its record, and
+ * so must every chunk beside a high face of block inside region.
+ * @param block   whole chunks; inside region
+ * @param region  the stage's region: faces on it lead nowhere
+ * @param[out] out, len  the summary (free())
+ */
+int cnx_segjoin_block(const cnx_segjoin_input *faces, size_t n,
+                      const cnx_box *block, const cnx_box *region,
+                      const cnx_segment_params *p, uint8_t **out,
+                      size_t *len);
+
+/**
+ * Level k > 1: the summary of block from the summaries of the blocks that
+ * tile it (any level, any sizes). With block = region the result has
+ * nothing open: the top.
+ */
+int cnx_segjoin_merge(const cnx_segjoin_input *blocks, size_t n,
+                      const cnx_box *block, const cnx_box *region,
+                      const cnx_segment_params *p, uint8_t **out,
+                      size_t *len);
+
+/** The summaries above level 1, decoded once for the way down. */
+typedef struct cnx_segjoin_tree cnx_segjoin_tree;
+
+/**
+ * Open the summaries above level 1: any levels, any number of blocks;
+ * the largest must be the top (nothing open).
+ * @return 0; CNX_ECORRUPT (malformed, or no top); CNX_ENOMEM.
+ */
+int cnx_segjoin_tree_open(const cnx_segjoin_input *ups, size_t n,
+                          cnx_segjoin_tree **out);
+
+/** Every segment of the region into out (nsegs, seg_ids, seg_size,
+ * seg_multi). */
+int cnx_segjoin_tree_segments(const cnx_segjoin_tree *t, cnx_segjoin *out);
+
+/**
+ * A level-1 block's chunks, their fragments and each fragment's segment
+ * into out (nchunks, chunks, first, frag, seg), following each open
+ * component up through the summaries whose boxes hold the block, smallest
+ * first.
+ * @return 0; CNX_ECORRUPT (a malformed summary, or an open component no
+ *         summary above resolves); CNX_ENOMEM.
+ */
+int cnx_segjoin_tree_block(const cnx_segjoin_tree *t,
+                           const cnx_segjoin_input *l1, cnx_segjoin *out);
+
+void cnx_segjoin_tree_free(cnx_segjoin_tree *t);
+
+/** The box a summary covers, and whether it leaves anything open. */
+int cnx_segjoin_summary_box(const cnx_segjoin_input *summary, cnx_box *box,
+                            int *open);
 
 void cnx_segjoin_free(cnx_segjoin *j);
 

@@ -18,7 +18,7 @@ extern "C" {
  * - "label" (string): the segment's volume and the voxel its id comes
  *   from, "0.0123 um3 @ 130,7,64" (volume to 3 significant digits from the
  *   voxel count and resolution; the voxel decoded from the id: the first
- *   voxel of its least fragment, docs/segment.md);
+ *   voxel of the fragment that names it, docs/segment.md);
  * - "voxels" (number): the voxel count ("uint32", or "float32" when a
  *   count is over 2^32 - 1);
  * - "tags": a size class, "small" (< 0.1 um3), "medium" (< 1 um3) or

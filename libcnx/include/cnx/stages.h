@@ -22,6 +22,7 @@ extern "C" {
  */
 #define CNX_STAGE_FACES_DIR "faces"           /* segment: face records */
 #define CNX_STAGE_MAPPING_DIR "agglomeration" /* segment-join: mappings */
+#define CNX_STAGE_JOIN_BLOCKS_DIR "blocks"    /* segment-join-block */
 #define CNX_STAGE_MESH_INDEX_DIR "mesh_index" /* mesh: the ids per chunk */
 #define CNX_STAGE_SYNAPSES_DIR "synapses"     /* synapses: tables */
 #define CNX_STAGE_ALIGN_MATCHES_DIR "align_matches" /* align-match */
@@ -47,6 +48,7 @@ extern const cnx_stage cnx_stage_downsample;
  */
 extern const cnx_stage cnx_stage_segment;
 extern const cnx_stage cnx_stage_segment_join;
+extern const cnx_stage cnx_stage_segment_join_block;
 extern const cnx_stage cnx_stage_segment_relabel;
 
 /**
