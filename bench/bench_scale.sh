@@ -26,10 +26,13 @@
 #    tasks of both requests) and its rows per task.
 #
 # usage: bench/bench_scale.sh [--shape X,Y,Z] [--seed N] [--task N]
-#          [--block N] [--workers N] [--meshes] [--out DIR]
+#          [--block N] [--workers N] [--meshes] [--data DIR] [--out DIR]
 #   --task     map task side, voxels (default 256)
 #   --block    join block side, voxels (default 512)
 #   --workers  workers per map stage (default: the number of cores)
+#   --data     a cnx-synth dataset of that shape made before (its boundary
+#              layer is hard-linked in; cnx-synth takes ~6 min at the
+#              default shape)
 #   --out      where the report goes (default /tmp/bench-scale)
 # Env: CNX_BIN (default <repo>/build/bin), CNX_ALLOW_DIRTY=1 for workers of
 # a dirty tree, KEEP_WORK=1 keeps the work directory. The default volume
@@ -45,7 +48,8 @@ BLOCK=512
 NW=$(nproc 2>/dev/null || echo 2)
 MESHES=0
 OUT=/tmp/bench-scale
-usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; }
+SYNTH=""
+usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case $1 in
   --shape) SHAPE=$2; shift 2 ;;
@@ -54,6 +58,7 @@ while [ $# -gt 0 ]; do
   --block) BLOCK=$2; shift 2 ;;
   --workers) NW=$2; shift 2 ;;
   --meshes) MESHES=1; shift ;;
+  --data) SYNTH=$2; shift 2 ;;
   --out) OUT=$2; shift 2 ;;
   -h | --help) usage; exit 0 ;;
   *) echo "bench_scale: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -72,10 +77,17 @@ REPORT=$OUT/bench-scale.txt
 : >"$REPORT"
 say() { echo "$*" | tee -a "$REPORT"; }
 
-say "cnx-synth $SHAPE seed $SEED (chunks of 128^3) ..."
-t0=$(date +%s)
-"$BIN/cnx-synth" --out "$DATA" --shape "$SHAPE" --seed "$SEED" --quiet
-say "  $(($(date +%s) - t0)) s"
+if [ -n "$SYNTH" ]; then
+  [ -f "$SYNTH/boundary/info" ] || { echo "bench_scale: --data $SYNTH: no boundary layer" >&2; exit 2; }
+  mkdir -p "$DATA"
+  cp -al "$SYNTH/boundary" "$DATA/boundary"
+  say "the boundary layer of $SYNTH (hard links)"
+else
+  say "cnx-synth $SHAPE seed $SEED (chunks of 128^3) ..."
+  t0=$(date +%s)
+  "$BIN/cnx-synth" --out "$DATA" --shape "$SHAPE" --seed "$SEED" --quiet
+  say "  $(($(date +%s) - t0)) s"
+fi
 
 mkdir -p "$WORK/wf"
 "$PY" - "$SRC/workflows" "$WORK/wf" "$TASK" "$BLOCK" "$MESHES" <<'PY'

@@ -17,8 +17,8 @@
  *     layers' fragments; the edge between two fragments sums
  *     cnx_segment_pair_value over its positions (an edge of fewer than
  *     CNX_SEGJOIN_MIN_CONTACT positions counts the rest as 255) and its
- *     value is cnx_segment_edge_value. Every edge under the merge level
- *     joins its fragments (union-find); then each component under
+ *     value is cnx_segment_edge_value. Every edge under the seam level
+ *     (cnx_segjoin_seam_level) joins its fragments (union-find); then each component under
  *     min_size_nm3 links to the far end of its lowest edge leaving it
  *     (edges ordered by value, then the two fragment ids), and a segment
  *     is a tree of links, named by the least fragment id of the component
@@ -59,6 +59,23 @@ extern "C" {
  * run keeps apart (docs/segment.md).
  */
 #define CNX_SEGJOIN_MIN_CONTACT 5
+
+/**
+ * A seam edge joins its two fragments below this share (percent) of the
+ * merge level (cnx_segment_merge_level): one fragment pair's edge decides
+ * alone (the kernel's agglomeration, inside a chunk, sums a merged
+ * segment's edges first), so it must be lower. Tuned on a cnx-synth hard
+ * volume in 64^3 chunks (docs/segment.md, "What chunking changes").
+ */
+#define CNX_SEGJOIN_SEAM_PERCENT 80
+
+/** The value below which a seam edge joins: CNX_SEGJOIN_SEAM_PERCENT of
+ * cnx_segment_merge_level(p->merge_threshold). */
+static inline uint64_t cnx_segjoin_seam_level(const cnx_segment_params *p)
+{
+    return cnx_segment_merge_level(p->merge_threshold) *
+           CNX_SEGJOIN_SEAM_PERCENT / 100;
+}
 
 /** Coordinates must be in [0, 2^21) per axis to pack into an id. */
 #define CNX_SEGJOIN_COORD_MAX ((int64_t)1 << 21)

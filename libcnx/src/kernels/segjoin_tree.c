@@ -1100,7 +1100,7 @@ static int segjoin_block_stats(const cnx_segjoin_input *faces, size_t n,
                              "segjoin: block: the block must lie in the "
                              "region, both in [0, 2^21) on every axis");
     e.block = block;
-    e.level = cnx_segment_merge_level(p->merge_threshold);
+    e.level = cnx_segjoin_seam_level(p);
     e.min_size = (uint64_t)cnx_segment_min_voxels(p);
     rc = level1_nodes(faces, n, block, &l, &e);
     if (rc == 0)
@@ -1380,7 +1380,7 @@ int cnx_segjoin_merge(const cnx_segjoin_input *blocks, size_t n,
         }
     }
     e.block = block;
-    e.level = cnx_segment_merge_level(p->merge_threshold);
+    e.level = cnx_segjoin_seam_level(p);
     e.min_size = (uint64_t)cnx_segment_min_voxels(p);
     if (rc == 0)
         rc = merge_inputs(&e, kids, n, named, block, region);

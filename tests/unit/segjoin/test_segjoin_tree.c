@@ -7,8 +7,8 @@
  * chunk seams") computed here from the whole label volume and boundary,
  * not from face records: every voxel pair straddling a chunk seam adds
  * max(q, q') to the edge of its two fragments; edges of fewer than
- * CNX_SEGJOIN_MIN_CONTACT pairs count the rest as 255; an edge under the
- * merge level joins; a component under min_voxels links along its lowest
+ * CNX_SEGJOIN_MIN_CONTACT pairs count the rest as 255; an edge under 80 %
+ * of the merge level joins; a component under min_voxels links along its lowest
  * edge (value, lesser id, greater id) leaving it; a segment is named by
  * the component at the root of its links (a pair linking to each other:
  * the lesser least fragment id).
@@ -154,7 +154,7 @@ static void reference(const fixture *f, uint64_t **ids_out, uint64_t **seg_out,
     uint64_t *ids = malloc(NV * sizeof(*ids)), *size, *rep;
     redge *e = malloc(3 * NV * sizeof(*e));
     size_t nids = 0, ne = 0, w = 0, *par, *best, *link;
-    uint64_t level = cnx_segment_merge_level(f->p.merge_threshold);
+    uint64_t level = cnx_segment_merge_level(f->p.merge_threshold) * 80 / 100;
     uint64_t minv = (uint64_t)cnx_segment_min_voxels(&f->p);
     int axes = cnx_segment_mode_of(&f->p) == CNX_SEGMENT_MODE_2D ? 2 : 3;
     const int64_t step[3] = {1, SX, (int64_t)SX * SY}, sz[3] = {SX, SY, SZ};
