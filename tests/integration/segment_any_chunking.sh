@@ -11,11 +11,12 @@
 # scikit-image only: for every pair of layouts, VI split and VI merge
 # (skimage.metrics.variation_of_information, both directions) within a
 # bound: 0.02 (the issue's target) between 128x128x64 and 128^3, which
-# meet it; 64^3 against the other two MISSES it (measured split 0.148,
-# merge 0.072: chunks of 64 sections of 30 nm cut more objects, and
-# agglomeration is global while a halo is local), so that pair is held to
-# 0.20 / 0.10, a bound against regressions, not the target (issue 14's
-# closing note).
+# meet it; 64^3 against the other two MISSES it (join version 4: split
+# 0.148, merge 0.072; version 5, whose seam edges decide alone: split
+# 0.178, merge 0.104: chunks of 64 sections of 30 nm cut more objects,
+# and agglomeration is global while a halo is local), so that pair is held
+# to 0.20 / 0.11, a bound against regressions, not the target (issue 14's
+# and issue 18's closing notes).
 # Reported: each layout and the whole-volume run (segjoin_tool --whole)
 # against gt (CREMI convention: gt 0 ignored).
 # Skipped (77) without numpy or scikit-image.
@@ -103,7 +104,7 @@ print("between layouts (VI of the second against the first: split, merge):")
 for a, b in itertools.combinations(layouts, 2):
     split, merge = variation_of_information(segs[a], segs[b])
     # The 64^3 layout misses the 0.02 target (see the header).
-    bound = (0.20, 0.10) if "64,64,64" in (a, b) else (0.02, 0.02)
+    bound = (0.20, 0.11) if "64,64,64" in (a, b) else (0.02, 0.02)
     ok = split <= bound[0] and merge <= bound[1]
     failed += not ok
     print("%s: %s vs %s: split %.4f, merge %.4f (<= %.2f / %.2f%s)"
