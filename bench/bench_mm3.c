@@ -20,18 +20,19 @@
  *    segment-relabel cnx_segjoin_relabel with the chunk's mapping, mesh
  *    cnx_mesh_block_run + cnx_mesh_simplify (the stage's planes and
  *    parameters) + cnx_mesh_legacy_encode; and the join (cnx_segjoin_run
- *    over the 8 face records). Kernels only: reading, encoding and
- *    writing the chunks, hashing and signing are not counted. Costs are
- *    per chunk voxel, so a map stage's core-hours are its region's voxels
- *    times that figure.
+ *    over the 8 face records). Kernels only: reading, decoding, encoding
+ *    and writing the chunks, hashing and signing are not counted. Costs
+ *    are per chunk, so a stage's core-hours are its region's chunks times
+ *    that figure.
  *  - reduce memory: the join holds every chunk's face record; bytes per
  *    record (mean of the 8) and bytes per fragment of the join's result
  *    (glibc mallinfo2, allocated bytes while the result is held, over its
- *    fragments) give the single-reduce method's projected peak. The
- *    transient working set of the join is not counted. mesh-manifest
- *    holds a reference per mesh fragment of every chunk: meshes per chunk
- *    (measured) times MANIFEST_REF_BYTES. reduce_levels()
- *    gives the rows of the reduce tree: today one level of one task.
+ *    fragments; the result's arrays under another allocator) give the
+ *    single-reduce method's projected peak. The transient working set of
+ *    the join is not counted. mesh-manifest holds a reference per mesh
+ *    fragment of every chunk: meshes per chunk (measured) times
+ *    MANIFEST_REF_BYTES. reduce_levels() gives the rows of the reduce
+ *    tree: today one level of one task.
  *  - controller and ledger: bench_controller COMPLETIONS (default 2000),
  *    run as a child from this program's directory: its median
  *    completions/s (the rebuild fold: released + started + manifest +
@@ -44,7 +45,8 @@
  *    it), plus one output chunk; a formula, not a measurement.
  *
  * Targets (printed as met / missed): controller work per mm^3 under one
- * hour; no task above 4 GiB. Exit 0 unless something fails to run.
+ * hour (when missed: the task size that would meet it at the measured
+ * rate); no task above 4 GiB. Exit 0 unless something fails to run.
  */
 #define _GNU_SOURCE /* mallinfo2 */
 #include <inttypes.h>
@@ -89,6 +91,7 @@ typedef struct costs {
     double frags_per_chunk;
     double frag_bytes;       /* join result bytes per fragment */
     double meshes_per_chunk; /* mesh fragments (labels) per chunk */
+    const char *frag_source; /* how frag_bytes was measured */
     int64_t halo;            /* segment's derived halo */
 } costs;
 
@@ -189,8 +192,17 @@ static void measure_kernels(costs *c)
         fail("cnx_segjoin_run");
     c->join_s = (cpu_s() - t0) / NSYN;
     c->frags_per_chunk = (double)j.first[j.nchunks] / NSYN;
-    c->frag_bytes = (double)(mallinfo2().uordblks - held0) /
-                    (double)(j.first[j.nchunks] ? j.first[j.nchunks] : 1);
+    size_t nfrag = j.first[j.nchunks] ? j.first[j.nchunks] : 1;
+    size_t held = mallinfo2().uordblks - held0;
+    c->frag_source = "mallinfo2";
+    if (mallinfo2().uordblks == 0 || held == 0) {
+        /* another allocator (a sanitizer's): the result's arrays */
+        held = j.nchunks * (sizeof(*j.chunks) + sizeof(*j.first)) +
+               sizeof(*j.first) + nfrag * (sizeof(*j.frag) + sizeof(*j.seg)) +
+               j.nsegs * (sizeof(*j.seg_ids) + sizeof(*j.seg_size));
+        c->frag_source = "the result's arrays; mallinfo2 gave 0";
+    }
+    c->frag_bytes = (double)held / (double)nfrag;
 
     /* relabel: each chunk with its mapping (encoded untimed) */
     double relabel = 0;
@@ -402,6 +414,8 @@ int main(int argc, char **argv)
     ctl r;
     double t0, plan_ms, total_tasks = 0, total_core_h = 0, worst_task = 0;
     double total_rows = 0, total_bytes = 0, total_msgs = 0, worst_reduce = 0;
+    double map_chunks = 0, map_tasks = 1;
+    int nmap = 0;
     int status = 1;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -481,8 +495,9 @@ int main(int argc, char **argv)
            c.join_s, c.relabel_s, c.mesh_s);
     printf("kernel : join items: face record %.0f B per chunk, %.0f "
            "fragments per chunk, %.1f B per fragment in the join's result "
-           "(mallinfo2); %.1f meshes per chunk\n",
-           c.face_bytes, c.frags_per_chunk, c.frag_bytes, c.meshes_per_chunk);
+           "(%s); %.1f meshes per chunk\n",
+           c.face_bytes, c.frags_per_chunk, c.frag_bytes, c.frag_source,
+           c.meshes_per_chunk);
 
     t0 = cnx_now();
     measure_controller(&r, argv[0], ncompl);
@@ -536,6 +551,11 @@ int main(int argc, char **argv)
             snprintf(core, sizeof(core), "%.0f", h);
         } else {
             snprintf(core, sizeof(core), "n/m");
+        }
+        if (ws->kind == CNX_WF_MAP) {
+            nmap++;
+            map_chunks = chunks > map_chunks ? chunks : map_chunks;
+            map_tasks = tasks > map_tasks ? tasks : map_tasks;
         }
         if (ws->kind == CNX_WF_MAP && mem > worst_task)
             worst_task = mem;
@@ -619,6 +639,15 @@ int main(int argc, char **argv)
     printf("\ntarget : controller work per mm^3 < %.0f h: %.2f h: %s\n",
            TARGET_CONTROLLER_H, ctl_h,
            ctl_h < TARGET_CONTROLLER_H ? "met" : "missed");
+    if (ctl_h >= TARGET_CONTROLLER_H && nmap > 0) {
+        double per_stage = r.rate * 3600 * TARGET_CONTROLLER_H / nmap;
+        printf("target : at %.0f completions/s, %.0f h ingests %.0f tasks: "
+               "%d map stages of %s chunks each need tasks of at least %.0f "
+               "chunks (now %.1f on average, edge tasks included)\n",
+               r.rate, TARGET_CONTROLLER_H, r.rate * 3600 * TARGET_CONTROLLER_H,
+               nmap, human(map_chunks, h1, sizeof(h1)),
+               ceil(map_chunks / per_stage), map_chunks / map_tasks);
+    }
     printf("target : no task above %.0f GiB: largest map task %.2f GiB, "
            "largest reduce task %.0f GiB: %s\n",
            TARGET_TASK_GIB, worst_task / GIB, worst_reduce / GIB,
