@@ -21,7 +21,9 @@
  * N / wall seconds, messages/s, and the CPU time of the applying thread
  * (librdkafka's fetching threads not counted). Each ledger is then checked
  * with SQLite: N tasks done, N verified lineage rows, N outputs, N
- * succeeded attempts, nothing rejected, every lineage chain recomputed.
+ * succeeded attempts, nothing rejected, every lineage chain recomputed;
+ * the first ledger's size (file and WAL) and rows of all its tables, per
+ * task.
  * Beside it, to show where the time goes (each as a share of the ingest):
  * reading the same messages from the broker alone, parsing the messages
  * and statements (jansson), N DSSE verifications alone (cnx_dsse_verify:
@@ -37,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -506,6 +509,43 @@ static int check_ledger(const char *path, int64_t n, int quiet)
     return ok;
 }
 
+/* The size of a ledger after the fold: its file (and its WAL, if one is
+ * left) and the rows of all its tables, each per task. */
+static void ledger_size(const char *path, int64_t n)
+{
+    char wal[720], sql[300];
+    struct stat sb;
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    int64_t bytes = 0, rows = 0;
+    int tables = 0;
+    if (stat(path, &sb) == 0)
+        bytes += sb.st_size;
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    if (stat(wal, &sb) == 0)
+        bytes += sb.st_size;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+        return;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT name FROM sqlite_master WHERE type = "
+                           "'table' AND name NOT LIKE 'sqlite_%'",
+                           -1, &st, NULL) == SQLITE_OK) {
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            snprintf(sql, sizeof(sql), "SELECT count(*) FROM \"%s\"",
+                     (const char *)sqlite3_column_text(st, 0));
+            int64_t k = count(db, sql);
+            rows += k > 0 ? k : 0;
+            tables++;
+        }
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+    printf("ledger : %" PRId64 " bytes, %" PRId64 " rows in %d tables after "
+           "%" PRId64 " tasks: %.0f bytes and %.2f rows per task\n",
+           bytes, rows, tables, n, (double)bytes / (double)n,
+           (double)rows / (double)n);
+}
+
 /* ---- the peers ------------------------------------------------------ */
 
 static double sqlite_baseline(const char *dir, const corpus *c, int run)
@@ -715,6 +755,8 @@ int main(int argc, char **argv)
         if (rc != 0 || !check_ledger(ledger, n, r > 0)) {
             printf("ingest : run %d: WRONG (exit %d)\n", r + 1, rc);
             ok = 0;
+        } else if (r == 0) {
+            ledger_size(ledger, n);
         }
     }
     if (ctl_s[0] > RUN_BUDGET_S) {
