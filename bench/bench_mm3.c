@@ -90,6 +90,7 @@ typedef struct costs {
     double face_bytes; /* mean face record per chunk */
     double frags_per_chunk;
     double frag_bytes;       /* join result bytes per fragment */
+    double summary_bytes;    /* level-1 block summary bytes per fragment */
     double meshes_per_chunk; /* mesh fragments (labels) per chunk */
     const char *frag_source; /* how frag_bytes was measured */
     int64_t halo;            /* segment's derived halo */
@@ -203,6 +204,22 @@ static void measure_kernels(costs *c)
         c->frag_source = "the result's arrays; mallinfo2 gave 0";
     }
     c->frag_bytes = (double)held / (double)nfrag;
+    {
+        /* a level-1 block summary over the 8 chunks (the region's 2x2x2
+         * middle block would leave everything open; this one leaves
+         * nothing open, so it is the lower bound of a summary's bytes:
+         * fragments, their segments and the voxel counts) */
+        cnx_box blk = j.chunks[0], reg;
+        uint8_t *sum = NULL;
+        size_t slen = 0;
+        for (k = 1; k < NSYN; k++)
+            blk = cnx_box_hull(&blk, &j.chunks[k]);
+        reg = blk;
+        if (cnx_segjoin_block(in, NSYN, &blk, &reg, &p, &sum, &slen) != 0)
+            fail("cnx_segjoin_block");
+        c->summary_bytes = (double)slen / (double)nfrag;
+        free(sum);
+    }
 
     /* relabel: each chunk with its mapping (encoded untimed) */
     double relabel = 0;
@@ -415,7 +432,8 @@ int main(int argc, char **argv)
     double t0, plan_ms, total_tasks = 0, total_core_h = 0, worst_task = 0;
     double total_rows = 0, total_bytes = 0, total_msgs = 0, worst_reduce = 0;
     double map_chunks = 0, map_tasks = 1;
-    int nmap = 0;
+    int nmap = 0, tree = 0;
+    size_t tree_blocks = 0, tree_stage = 0;
     int status = 1;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -510,6 +528,12 @@ int main(int argc, char **argv)
            "ingest h", "core-h", "task GiB", "task");
     printf("%-10s %-15s %-6s %9s %9s %9s %9s %10s %9s %10s %9s\n", "", "", "",
            "", "", "rows", "bytes", "", "", "", "voxels");
+    for (size_t s = 0; s < p->nstages; s++)
+        if (strcmp(wf->stages[s].worker, "segment-join-block") == 0) {
+            tree = 1;
+            tree_blocks = p->stages[s].count;
+            tree_stage = s;
+        }
     for (size_t s = 0; s < p->nstages; s++) {
         const cnx_wf_stage *ws = &wf->stages[s];
         const cnx_plan_stage *ps = &p->stages[s];
@@ -526,9 +550,28 @@ int main(int argc, char **argv)
             per_chunk = c.mesh_s;
         else if (strcmp(w, "segment-join") == 0)
             per_chunk = c.join_s;
-        if (ws->kind == CNX_WF_MAP) {
+        if (ws->kind == CNX_WF_MAP && strcmp(w, "segment-join-block") != 0) {
             mem = map_task_bytes(ps);
             snprintf(memtxt, sizeof(memtxt), "%.2f", mem / GIB);
+        } else if (strcmp(w, "segment-join-block") == 0) {
+            /* the face records of the block's chunks and of those beside
+             * it, and its summary */
+            double bc = 1, bn = 1;
+            for (int i = 0; i < 3; i++) {
+                double k = (double)ps->task_size[i] / CHUNK;
+                bc *= k;
+                bn *= k + 2;
+            }
+            mem = (bn - (bn - bc) / 3.0) * c.face_bytes +
+                  bc * c.frags_per_chunk * c.summary_bytes;
+            snprintf(memtxt, sizeof(memtxt), "%.2f", mem / GIB);
+            per_chunk = c.join_s;
+        } else if (strcmp(w, "segment-join") == 0 && tree) {
+            /* the top as shipped: every block summary held, the result;
+             * the fragments are those of the blocks' chunks */
+            mem = region_chunks(&p->stages[tree_stage]) * c.frags_per_chunk *
+                  (c.summary_bytes + c.frag_bytes);
+            snprintf(memtxt, sizeof(memtxt), "%.0f", mem / GIB);
         } else if (strcmp(w, "segment-join") == 0) {
             reduce_level lv[1];
             reduce_levels(chunks, c.face_bytes,
@@ -619,6 +662,23 @@ int main(int argc, char **argv)
                    "measured here\n",
                    wf->stages[s].name, ps->count,
                    human(chunks, h1, sizeof(h1)));
+            continue;
+        }
+        if (tree) {
+            printf("reduce : %-8s the join as a tree: level 1: %zu map tasks "
+                   "(join-blocks), each its block's and its neighbours' face "
+                   "records (%.0f B each) and its summary (%.1f B per "
+                   "fragment); top: 1 task holding every summary (%s "
+                   "fragments) and the result (%.1f B per fragment): %.0f "
+                   "GiB\n",
+                   wf->stages[s].name, tree_blocks, c.face_bytes,
+                   c.summary_bytes,
+                   human(region_chunks(&p->stages[tree_stage]) *
+                             c.frags_per_chunk,
+                         h3, sizeof(h3)),
+                   c.frag_bytes,
+                   region_chunks(&p->stages[tree_stage]) * c.frags_per_chunk *
+                       (c.summary_bytes + c.frag_bytes) / GIB);
             continue;
         }
         n = reduce_levels(chunks, c.face_bytes,

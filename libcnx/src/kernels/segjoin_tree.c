@@ -773,13 +773,15 @@ static int engine_run(engine *e, summary *s, ref *node_tgt)
     }
 
     /* Crossing edges and outer fragments, named by the open roots. */
-    qsort(e->cross, e->nx, sizeof(*e->cross), cmp_cross);
+    if (e->nx > 0)
+        qsort(e->cross, e->nx, sizeof(*e->cross), cmp_cross);
     s->cross = e->cross;
     s->ncross = e->nx;
     e->cross = NULL;
     for (size_t i = 0; i < e->no; i++)
         e->ou[i].rep = crep[uf_find(e->par, (size_t)e->ou[i].rep)];
-    qsort(e->ou, e->no, sizeof(*e->ou), cmp_outer);
+    if (e->no > 0)
+        qsort(e->ou, e->no, sizeof(*e->ou), cmp_outer);
     s->outer = e->ou;
     s->nouter = e->no;
     e->ou = NULL;
