@@ -12,8 +12,8 @@
 # second request reuses the first's (its fragments stage shows them as
 # reused). Without --meshes the mesh stages are left out of both.
 # Printed:
-#  - per request and stage: tasks, CPU seconds, the stage's wall seconds
-#    (first start to last end), the request's wall time;
+#  - per request and stage: tasks, CPU seconds and wall seconds of its
+#    attempts (summed over the tasks), the request's wall time;
 #  - the peak resident memory of every reduce worker process (VmHWM: one
 #    segment-join process per request; the join-blocks workers each ran
 #    several blocks), beside an idle worker's;
@@ -144,9 +144,9 @@ run() { # workflow, request id
   "$PY" - "$WORK/$2.json" <<'PY' | tee -a "$REPORT"
 import json, sys
 d = json.load(open(sys.argv[1]))
-print("  %-12s %7s %7s %9s %9s" % ("stage", "tasks", "reused", "cpu s", "wall s"))
+print("  %-12s %7s %7s %9s %12s" % ("stage", "tasks", "reused", "cpu s", "task wall s"))
 for s in d["stages"]:
-    print("  %-12s %7d %7d %9.1f %9.1f" % (s["stage"], s["total"], s.get("reused", 0), s["cpu_s"], s["wall_s"]))
+    print("  %-12s %7d %7d %9.1f %12.1f" % (s["stage"], s["total"], s.get("reused", 0), s["cpu_s"], s["wall_s"]))
 PY
 }
 
