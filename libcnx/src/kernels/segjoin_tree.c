@@ -244,8 +244,10 @@ static int decode(const cnx_segjoin_input *in, summary *s)
     for (size_t k = 0; k < s->nchunks && !failed && !r.bad; k++) {
         size_t nf;
         get_box(&r, &s->chunks[k]);
-        if (!sj__box_ok(&s->chunks[k]) || get_count(&r, 24, &nf) != 0)
+        if (!sj__box_ok(&s->chunks[k]) || get_count(&r, 24, &nf) != 0) {
+            r.bad = 1;
             break;
+        }
         s->first[k] = total;
         if (nf > 0) {
             uint64_t *f = realloc(s->frag, (total + nf) * sizeof(*f));
