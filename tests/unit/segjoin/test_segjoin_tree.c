@@ -13,7 +13,9 @@
  * the component at the root of its links (a pair linking to each other:
  * the lesser least fragment id).
  * Volumes: noisy boxes with chunks of 8 (partial chunks at the far
- * faces), small components plentiful (min 40 voxels), in 3D and 2D.
+ * faces), minimum sizes from 40 to 6000 voxels (from a few small
+ * components to nearly all), in 3D and 2D; trees of two, three and four
+ * levels (components open and small over several merges).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -358,7 +360,7 @@ static void check_tree(const fixture *f, uint8_t **l1, size_t *l1len,
                        size_t n1, uint8_t **ups, size_t *uplen, size_t nup,
                        const uint64_t *ids, const uint64_t *seg, size_t nids)
 {
-    cnx_segjoin_input up[128];
+    cnx_segjoin_input up[257];
     cnx_segjoin_tree *t;
     cnx_segjoin all;
     (void)f;
@@ -430,8 +432,8 @@ static void trees(int mode, uint64_t seed, double minv)
         free_all(top, 1);
         if (l1s[c][0] == 8) {
             /* three levels: 8^3 -> 16 x 24 x 16 -> the top */
-            uint8_t *l2[128], *ups[129];
-            size_t l2len[128], uplen[129], n2;
+            uint8_t *l2[128], *ups[257];
+            size_t l2len[128], uplen[257], n2;
             cnx_box b2[128];
             n2 = level_up(&f, (const int64_t[3]){16, 24, 16}, l1, l1len, b1,
                           n1, l2, l2len, b2);
@@ -444,8 +446,29 @@ static void trees(int mode, uint64_t seed, double minv)
             ups[n2] = top[0];
             uplen[n2] = toplen[0];
             check_tree(&f, l1, l1len, n1, ups, uplen, n2 + 1, ids, seg, nids);
-            free_all(l2, n2);
             free_all(top, 1);
+            {
+                /* four levels: ... -> 32 x 24 x 16 -> the top; components
+                 * stay open (and small) over two merges */
+                uint8_t *l3[128];
+                size_t l3len[128], n3;
+                cnx_box b3[128];
+                n3 = level_up(&f, (const int64_t[3]){32, 24, 16}, l2, l2len,
+                              b2, n2, l3, l3len, b3);
+                level_up(&f, (const int64_t[3]){SX, SY, SZ}, l3, l3len, b3,
+                         n3, top, toplen, bt);
+                for (size_t k = 0; k < n3; k++) {
+                    ups[n2 + k] = l3[k];
+                    uplen[n2 + k] = l3len[k];
+                }
+                ups[n2 + n3] = top[0];
+                uplen[n2 + n3] = toplen[0];
+                check_tree(&f, l1, l1len, n1, ups, uplen, n2 + n3 + 1, ids,
+                           seg, nids);
+                free_all(l3, n3);
+                free_all(top, 1);
+            }
+            free_all(l2, n2);
         }
         free_all(l1, n1);
     }
@@ -461,6 +484,8 @@ static void test_tree_3d(void **state)
     trees(CNX_SEGMENT_MODE_3D, 7, 40);
     trees(CNX_SEGMENT_MODE_3D, 9, 150);
     trees(CNX_SEGMENT_MODE_3D, 13, 400);
+    trees(CNX_SEGMENT_MODE_3D, 17, 1500);
+    trees(CNX_SEGMENT_MODE_3D, 19, 6000);
     trees(CNX_SEGMENT_MODE_3D, 11, 40);
 }
 
