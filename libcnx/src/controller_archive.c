@@ -127,9 +127,10 @@ static int text1(sqlite3 *db, const char *sql, const char *request, char *out,
 static int copy_table(sqlite3 *db, const char *table, const char *where,
                       const char *request, int64_t *rows)
 {
-    char cols[2048] = "", sql[4096];
+    char cols[2048] = "", sql[128], *insert;
     sqlite3_stmt *st = NULL;
     size_t n = 0;
+    int rc;
     snprintf(sql, sizeof(sql),
              "SELECT name FROM pragma_table_info('%s') ORDER BY cid", table);
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
@@ -147,10 +148,14 @@ static int copy_table(sqlite3 *db, const char *table, const char *where,
         n += (size_t)w;
     }
     sqlite3_finalize(st);
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO main.%s(%s) SELECT %s FROM src.%s WHERE %s", table,
-             cols, cols, table, where);
-    return run1(db, sql, request, rows);
+    insert = sqlite3_mprintf("INSERT INTO main.%s(%s) SELECT %s FROM "
+                             "src.%s WHERE %s",
+                             table, cols, cols, table, where);
+    if (insert == NULL)
+        return cnx_error_set(CNX_ENOMEM, 0, "out of memory");
+    rc = run1(db, insert, request, rows);
+    sqlite3_free(insert);
+    return rc;
 }
 
 static int fsync_path(const char *path, int dir)
