@@ -35,6 +35,7 @@
 
 #include "cnx/controller.h"
 #include "cnx/error.h"
+#include "cnx/log.h"
 
 typedef struct arc_opts {
     const char *ledger, *request, *out;
@@ -398,6 +399,7 @@ static int archive(const arc_opts *a)
     char state[32], file[PATH_MAX + 64], out_abs[PATH_MAX + 256];
     char tmp[PATH_MAX + 16], cwd[PATH_MAX];
     int64_t n = 0, counts[4] = {0, 0, 0, 0}, nstubs = 0;
+    double t0 = 0, t1 = 0;
     int rc, locked = 0;
 
     if (access(a->ledger, R_OK | W_OK) != 0)
@@ -471,8 +473,10 @@ static int archive(const arc_opts *a)
                                "request %s",
                                a->out, a->request);
     }
+    t0 = cnx_now();
     if (rc == 0)
         rc = write_archive(a, out_abs, tmp, counts, &nstubs);
+    t1 = cnx_now();
     if (rc == 0) {
         rc = exec(live->db, "BEGIN IMMEDIATE");
         locked = rc == 0;
@@ -485,9 +489,10 @@ static int archive(const arc_opts *a)
         sqlite3_exec(live->db, "ROLLBACK", NULL, NULL, NULL);
     if (rc == 0 && !a->quiet)
         printf("request %s archived in %s: %lld tasks, %lld lineage rows "
-               "(%lld stubs left in %s)\n",
+               "(%lld stubs left in %s); archive written in %.2f s, the "
+               "live ledger locked for %.2f s\n",
                a->request, a->out, (long long)counts[0], (long long)counts[3],
-               (long long)nstubs, a->ledger);
+               (long long)nstubs, a->ledger, t1 - t0, cnx_now() - t1);
     ledger_close(live);
     return rc;
 }
