@@ -51,8 +51,7 @@ static const struct {
     {"stages", "request = ?1"},
     {"tasks", "request = ?1"},
     {"releases", "request = ?1"},
-    {"attempts", "request = ?1 AND task_key IN (SELECT task_key FROM "
-                 "src.tasks WHERE request = ?1)"},
+    {"attempts", "request = ?1"},
     {"slo_events", "request = ?1"},
     {"violations", "request = ?1"},
     {"held", "request = ?1"},
