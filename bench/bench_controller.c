@@ -32,8 +32,10 @@
  *
  *   build/bench/bench_controller --scale [N,N,...]   (default 10000,100000)
  *   build/bench/bench_controller --scale 10000,100000,1000000  (the 10^6
- *       point: about 4 GB in the in-process broker, tens of minutes on 2
- *       cores, most of it signing the log)
+ *       point: about 4 GB in the in-process broker and 6 GB of ledger,
+ *       about an hour on 2 cores; not yet run. The mock broker keeps a
+ *       bounded log per partition: had it dropped messages, the ledger
+ *       check says WRONG)
  *
  * The request at several sizes: does the controller's memory or its cost
  * per completion grow with the request? Each N runs in a process of its
