@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """ledger_check.py LEDGER REQUEST [--max-releases N] [--envelopes DIR]
+                 [--live LIVE]
 
 Checks one request's rows in a cnx ledger with Python's own sqlite3 and
 hashlib, independently of cnx's code:
@@ -15,6 +16,15 @@ hashlib, independently of cnx's code:
   - every output object the request's tasks recorded exists in storage
     with exactly the recorded SHA-256;
   - the cost view has voxels, CPU and wall time for every stage.
+Archives (docs/ledger.md, "Archiving a request"): in a live ledger a
+lineage row whose `archive` names a file and whose envelope is empty is a
+stub: its chain fields are checked, its envelope is not. LEDGER may be an
+archive (meta `archive` names its request): its rows are a subset of their
+partitions, so each row's digests are checked but not its link to the row
+before; with --live LIVE each archived row must be a stub in LIVE with the
+same prev, row digest, envelope digest and verified flag naming this file,
+and LIVE's chain must be intact, so the archive's rows are the ones the
+live chain holds.
 Prints one line per failed check; exit status 0 if all pass, 1 if not.
 """
 import hashlib
@@ -30,6 +40,57 @@ def sha(data):
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def check_chain(db, name, is_archive, bad):
+    """Recompute the chain of every partition; returns the rows seen."""
+    cols = [r[1] for r in db.execute("PRAGMA table_info(lineage)")]
+    arc = "archive" if "archive" in cols else "NULL"
+    rows = 0
+    for (part,) in db.execute("SELECT DISTINCT partition FROM lineage"):
+        prev = GENESIS
+        for off, env_digest, verified, env, p, digest, where in db.execute(
+                "SELECT offset, envelope_digest, verified, envelope, prev, "
+                f"row_digest, {arc} FROM lineage WHERE partition = ? "
+                "ORDER BY offset", (part,)):
+            rows += 1
+            stub = where is not None and env == ""
+            if not stub and sha(env.encode()) != env_digest:
+                bad.append(f"{name}: lineage {part}@{off}: envelope digest "
+                           "wrong")
+            if not is_archive and p != prev:
+                bad.append(f"{name}: lineage {part}@{off}: chain broken "
+                           f"(prev {p}, expected {prev})")
+            text = (f"cnx.lineage-row/1\n{p}\n{part}\n{off}\n{env_digest}\n"
+                    f"{verified}\n")
+            if sha(text.encode()) != digest:
+                bad.append(f"{name}: lineage {part}@{off}: row digest wrong")
+            prev = digest
+    return rows
+
+
+def check_against_live(db, name, live, bad):
+    """Every archived lineage row is a stub of the live chain, and the
+    live chain is intact."""
+    ldb = sqlite3.connect(f"file:{live}?mode=ro", uri=True)
+    check_chain(ldb, live, False, bad)
+    target = os.path.abspath(name)
+    for part, off, env_digest, verified, p, digest in db.execute(
+            "SELECT partition, offset, envelope_digest, verified, prev, "
+            "row_digest FROM lineage"):
+        row = ldb.execute(
+            "SELECT envelope_digest, verified, prev, row_digest, archive, "
+            "envelope FROM lineage WHERE partition = ? AND offset = ?",
+            (part, off)).fetchone()
+        if row is None:
+            bad.append(f"{name}: lineage {part}@{off}: no such row in {live}")
+        elif row[:4] != (env_digest, verified, p, digest):
+            bad.append(f"{name}: lineage {part}@{off}: differs from {live}'s "
+                       f"row ({row[3]})")
+        elif row[5] == "" and (row[4] is None or
+                               os.path.abspath(row[4]) != target):
+            bad.append(f"{name}: lineage {part}@{off}: {live}'s stub names "
+                       f"archive {row[4]}")
+
+
 def main():
     args = sys.argv[1:]
     max_releases = 1
@@ -42,9 +103,16 @@ def main():
         i = args.index("--envelopes")
         env_dir = args[i + 1]
         del args[i:i + 2]
+    live = None
+    if "--live" in args:
+        i = args.index("--live")
+        live = args[i + 1]
+        del args[i:i + 2]
     ledger, request = args
     db = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)
     bad = []
+    is_archive = db.execute("SELECT count(*) FROM meta WHERE key = "
+                            "'archive'").fetchone()[0] > 0
 
     state, = db.execute("SELECT state FROM requests WHERE id = ?",
                         (request,)).fetchone()
@@ -71,26 +139,11 @@ def main():
                       "w") as f:
                 f.write(row[1])
 
-    rows = 0
-    for (part,) in db.execute("SELECT DISTINCT partition FROM lineage"):
-        prev = GENESIS
-        for off, env_digest, verified, env, p, digest in db.execute(
-                "SELECT offset, envelope_digest, verified, envelope, prev, "
-                "row_digest FROM lineage WHERE partition = ? ORDER BY "
-                "offset", (part,)):
-            rows += 1
-            if sha(env.encode()) != env_digest:
-                bad.append(f"lineage {part}@{off}: envelope digest wrong")
-            if p != prev:
-                bad.append(f"lineage {part}@{off}: chain broken (prev "
-                           f"{p}, expected {prev})")
-            text = (f"cnx.lineage-row/1\n{p}\n{part}\n{off}\n{env_digest}\n"
-                    f"{verified}\n")
-            if sha(text.encode()) != digest:
-                bad.append(f"lineage {part}@{off}: row digest wrong")
-            prev = digest
+    rows = check_chain(db, ledger, is_archive, bad)
     if rows == 0:
         bad.append("no lineage rows")
+    if live is not None:
+        check_against_live(db, ledger, live, bad)
 
     outputs = 0
     for obj, digest in db.execute(

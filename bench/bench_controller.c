@@ -31,9 +31,35 @@
  * message into a WITHOUT ROWID table in transactions of 1000 (same PRAGMAs
  * as the ledger); what is left is the fold's own SQL.
  * Exit 0 if every ledger checks out (whatever the rate), 1 otherwise.
+ *
+ *   build/bench/bench_controller --scale [N,N,...]   (default 10000,100000)
+ *   build/bench/bench_controller --scale 10000,100000,1000000  (the 10^6
+ *       point: about 4 GB in the in-process broker and 6 GB of ledger,
+ *       about an hour on 2 cores; not yet run. The mock broker keeps a
+ *       bounded log per partition: had it dropped messages, the ledger
+ *       check says WRONG)
+ *
+ * The request at several sizes: does the controller's memory or its cost
+ * per completion grow with the request? Each N runs in a process of its
+ * own (fork, before any thread) that makes the same log without keeping a
+ * copy of it, then runs the real build/bin/cnx-controller --rebuild (N
+ * tasks in one request) as a child and reads its peak RSS and CPU time
+ * (wait4). Printed per N: ingest wall time, completions/s and us per
+ * completion, the controller's peak RSS, and the ledger's size after the
+ * fold, page_count * page_size from SQLite, per task. The ledger is
+ * checked as above. Then the request is archived (cnx-controller archive,
+ * docs/ledger.md; a rebuild makes no decisions, so the log has no
+ * `finished` message and the bench marks the request done in the ledger
+ * first): its wall time, the archive's size and the pages the
+ * live ledger still uses (its stubs; freed pages are reused, not returned
+ * to the file system).
  */
 #define _GNU_SOURCE /* RUSAGE_THREAD */
 #include <inttypes.h>
+#include <limits.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +91,7 @@
  * default run to minutes, not a quarter of an hour). */
 #define RUN_BUDGET_S 60.0
 #define REQUEST "bench-controller"
+#define SCALE_PARTITIONS 64 /* per topic, --scale */
 #define WORKER "bench-0"
 
 /* The first stage of workflows/pyramid.json, alone. */
@@ -90,6 +117,9 @@ typedef struct corpus {
     size_t n, cap;
     char **envelopes; /* per task, borrowed from m */
     size_t nenv;
+    int drop;         /* --scale: keep nothing, only count (the broker
+                       * already holds every message once) */
+    size_t sent, bytes, env_bytes; /* messages and bytes produced */
 } corpus;
 
 static void die(const char *what)
@@ -142,6 +172,14 @@ static void produce(cnx_producer *prod, corpus *c, const char *topic,
             die("produce");
         if (cnx_producer_flush(prod, 30000) != 0)
             die("flush");
+    }
+    c->sent++;
+    c->bytes += strlen(value);
+    if (strcmp(topic, CNX_TOPIC_LINEAGE) == 0)
+        c->env_bytes += strlen(value);
+    if (c->drop) {
+        free(value);
+        return;
     }
     if (c->n == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 1024;
@@ -373,7 +411,9 @@ static void make_log(const char *boot, const char *dir, const cnx_key *key,
             cnx_digest(envelope, strlen(envelope), manifest);
             cnx_kafka_header h[] = {{"cnx-task-key", task->key},
                                     {"cnx-stage", task->stage}};
-            c->envelopes[c->nenv++] = envelope;
+            if (!c->drop)
+                c->envelopes[c->nenv] = envelope;
+            c->nenv++;
             produce(prod, c, CNX_TOPIC_LINEAGE, task->key, envelope, h, 2);
             for (size_t i = 0; i < in->nobjects; i++)
                 free(inames[i]);
@@ -406,19 +446,15 @@ static void make_log(const char *boot, const char *dir, const cnx_key *key,
     if (cnx_producer_flush(prod, 120000) != 0)
         die("flush");
     cnx_producer_free(prod);
-    size_t bytes = 0, env_bytes = 0;
-    for (size_t i = 0; i < c->n; i++)
-        bytes += strlen(c->m[i].value);
-    for (size_t i = 0; i < c->nenv; i++)
-        env_bytes += strlen(c->envelopes[i]);
+    size_t bytes = c->bytes, env_bytes = c->env_bytes;
     printf("log    : %zu messages (1 request, 1 accepted, %" PRId64
            " x released + started + manifest + succeeded) for %" PRId64
            " tasks on a %" PRId64 "x%" PRId64 "x%" PRId64 " uint8 layer, "
            "%.1f MB (envelopes %.0f B, other messages %.0f B on average), "
            "made and acknowledged in %.1f s (untimed)\n",
-           c->n, n, n, size[0], size[1], size[2], (double)bytes / 1e6,
+           c->sent, n, n, size[0], size[1], size[2], (double)bytes / 1e6,
            (double)env_bytes / (double)c->nenv,
-           (double)(bytes - env_bytes) / (double)(c->n - c->nenv),
+           (double)(bytes - env_bytes) / (double)(c->sent - c->nenv),
            cnx_now() - t0);
     free(ext_text);
     free(ext);
@@ -685,6 +721,181 @@ static double read_all(const char *boot, size_t expect)
     return t0;
 }
 
+/* ---- --scale: one request of n tasks, the controller in its own process */
+
+extern char **environ;
+
+static int scale_point(int64_t n, const char *ctl_path)
+{
+    char dir[] = "/tmp/cnx-bench-controller-XXXXXX", keydir[64];
+    char trust[64], pubpath[80], keypath[80], cmd[256], ledger[128];
+    cnx_broker *broker;
+    cnx_key *key;
+    corpus c;
+    struct rusage ru;
+    struct stat sb;
+    sqlite3 *db;
+    pid_t pid;
+    int status = 0, ok;
+    double t0, wall;
+    int64_t pages = 0, page_size = 0;
+
+    memset(&c, 0, sizeof(c));
+    c.drop = 1;
+    /* librdkafka's mock cluster keeps a bounded log per partition (its
+     * oldest messages go): 64 partitions hold the log of 10^5 tasks. */
+    if (mkdtemp(dir) == NULL ||
+        cnx_broker_new(&broker, 1, SCALE_PARTITIONS, "downsample") != 0)
+        die("broker");
+    snprintf(keydir, sizeof(keydir), "%s/keys", dir);
+    snprintf(trust, sizeof(trust), "%s/trust", dir);
+    snprintf(pubpath, sizeof(pubpath), "%s/cnx.pub", keydir);
+    snprintf(keypath, sizeof(keypath), "%s/cnx.key", keydir);
+    snprintf(ledger, sizeof(ledger), "%s/ledger.db", dir);
+    snprintf(cmd, sizeof(cmd), "mkdir -p '%s' && cp '%s' '%s/'", trust, pubpath,
+             trust);
+    if (cnx_key_generate(&key) != 0 || cnx_key_write(key, keydir) != 0 ||
+        system(cmd) != 0)
+        die("key");
+    signer = key;
+    make_log(cnx_broker_bootstraps(broker), dir, key, n, &c);
+    {
+        /* clang-format off */
+        char *args[] = {"cnx-controller", "--brokers",
+                        (char *)cnx_broker_bootstraps(broker),
+                        "--ledger", ledger, "--trust", trust, "--key",
+                        keypath, "--rebuild", "--quiet", NULL};
+        /* clang-format on */
+        t0 = cnx_now();
+        if (posix_spawn(&pid, ctl_path, NULL, NULL, args, environ) != 0) {
+            fprintf(stderr, "bench_controller: cannot run %s\n", ctl_path);
+            exit(1);
+        }
+        if (wait4(pid, &status, 0, &ru) != pid)
+            die("wait4");
+        wall = cnx_now() - t0;
+    }
+    ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+         check_ledger(ledger, n, 0);
+    if (sqlite3_open_v2(ledger, &db, SQLITE_OPEN_READONLY, NULL) ==
+        SQLITE_OK) {
+        pages = count(db, "PRAGMA page_count");
+        page_size = count(db, "PRAGMA page_size");
+        sqlite3_close(db);
+    }
+    if (stat(ledger, &sb) != 0)
+        sb.st_size = 0;
+    {
+        char out[160];
+        /* clang-format off */
+        char *args[] = {"cnx-controller", "archive", "--ledger", ledger,
+                        "--request", REQUEST, "--out", out, NULL};
+        /* clang-format on */
+        int64_t used = 0, apages = 0;
+        double at;
+        snprintf(out, sizeof(out), "%s/archive.db", dir);
+        if (sqlite3_open_v2(ledger, &db, SQLITE_OPEN_READWRITE, NULL) !=
+                SQLITE_OK ||
+            sqlite3_exec(db,
+                         "UPDATE requests SET state = 'done', outcome = "
+                         "'done' WHERE id = '" REQUEST "'",
+                         NULL, NULL, NULL) != SQLITE_OK)
+            die("marking the request done");
+        sqlite3_close(db);
+        at = cnx_now();
+        if (posix_spawn(&pid, ctl_path, NULL, NULL, args, environ) != 0 ||
+            waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+            WEXITSTATUS(status) != 0) {
+            printf("archive: N=%" PRId64 ": FAILED\n", n);
+            ok = 0;
+        } else {
+            at = cnx_now() - at;
+            if (sqlite3_open_v2(ledger, &db, SQLITE_OPEN_READONLY, NULL) ==
+                SQLITE_OK) {
+                used = count(db, "PRAGMA page_count") -
+                       count(db, "PRAGMA freelist_count");
+                sqlite3_close(db);
+            }
+            if (sqlite3_open_v2(out, &db, SQLITE_OPEN_READONLY, NULL) ==
+                SQLITE_OK) {
+                apages = count(db, "PRAGMA page_count");
+                sqlite3_close(db);
+            }
+            printf("archive: N=%-8" PRId64 " archived in %.1f s: archive "
+                   "%.1f MB (%.0f B per task); the live ledger's pages in "
+                   "use %.1f MB -> %.1f MB (what stays, the stubs and "
+                   "the seen rows: %.0f B per task)\n",
+                   n, at, (double)(apages * page_size) / 1e6,
+                   (double)(apages * page_size) / (double)n,
+                   (double)(pages * page_size) / 1e6,
+                   (double)(used * page_size) / 1e6,
+                   (double)(used * page_size) / (double)n);
+        }
+    }
+    printf("scale  : N=%-8" PRId64 " ingest %.1f s, %.0f completions/s, "
+           "%.1f us per completion (controller CPU %.1f s, all threads); "
+           "controller peak RSS %.1f MB; ledger %" PRId64 " pages x %" PRId64
+           " B = %.1f MB (file %.1f MB): %.0f B per task%s\n",
+           n, wall, (double)n / wall, wall / (double)n * 1e6,
+           (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
+               (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6,
+           (double)ru.ru_maxrss / 1024.0, pages, page_size,
+           (double)(pages * page_size) / 1e6, (double)sb.st_size / 1e6,
+           (double)(pages * page_size) / (double)n, ok ? "" : "  WRONG");
+    free(c.envelopes);
+    cnx_key_free(key);
+    (void)broker;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench_controller: could not remove %s\n", dir);
+    return ok;
+}
+
+static int scale(const char *list)
+{
+    char exe[PATH_MAX], ctl_path[PATH_MAX + 32], *slash;
+    const char *bin = getenv("CNX_BIN");
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    int ok = 1;
+
+    if (len <= 0)
+        die("readlink /proc/self/exe");
+    exe[len] = '\0';
+    slash = strrchr(exe, '/');
+    if (slash != NULL)
+        *slash = '\0';
+    if (bin != NULL)
+        snprintf(ctl_path, sizeof(ctl_path), "%s/cnx-controller", bin);
+    else
+        snprintf(ctl_path, sizeof(ctl_path), "%s/../bin/cnx-controller", exe);
+    printf("bench_controller --scale: %s, %ld cores, controller %s\n",
+           cnx_build_describe(), sysconf(_SC_NPROCESSORS_ONLN), ctl_path);
+    for (const char *p = list; *p != '\0';) {
+        char *end;
+        long long n = strtoll(p, &end, 10);
+        pid_t pid;
+        int status = 0;
+        if (end == p || n < 1 || n > 1000000 ||
+            (*end != ',' && *end != '\0')) {
+            fprintf(stderr, "bench_controller: bad --scale list '%s' "
+                            "(N,N,... with 1 <= N <= 1000000)\n",
+                    list);
+            return 2;
+        }
+        p = *end == ',' ? end + 1 : end;
+        fflush(stdout);
+        pid = fork(); /* no thread exists yet in this process */
+        if (pid < 0)
+            die("fork");
+        if (pid == 0)
+            _exit(scale_point(n, ctl_path) ? 0 : 1);
+        if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+            WEXITSTATUS(status) != 0)
+            ok = 0;
+    }
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     int64_t n = 20000;
@@ -697,10 +908,17 @@ int main(int argc, char **argv)
     corpus c;
     int ok = 1, runs = RUNS;
 
+    if (argc >= 2 && strcmp(argv[1], "--scale") == 0 && argc <= 3) {
+        cnx_log_set_level(CNX_LOG_WARN);
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        return scale(argc == 3 ? argv[2] : "10000,100000");
+    }
     if (argc > 2 || (argc == 2 && (strtoll(argv[1], NULL, 10) < 1 ||
                                    strtoll(argv[1], NULL, 10) > 1000000))) {
         fprintf(stderr, "usage: bench_controller [N]  (tasks, 1..1000000, "
-                        "default 20000)\n");
+                        "default 20000)\n"
+                        "       bench_controller --scale [N,N,...]  (default "
+                        "10000,100000)\n");
         return 2;
     }
     if (argc == 2)

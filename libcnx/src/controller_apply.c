@@ -131,6 +131,21 @@ static int apply_request(ctl *c, const json_t *m)
         rc = cnx_error_set(CNX_ENOMEM, 0, "out of memory");
         goto done;
     }
+    /* An archived request's id stays taken (its row left the ledger). */
+    st = ctl_stmt(c, "SELECT file FROM archives WHERE request = ?");
+    if (st == NULL) {
+        rc = CNX_EIO;
+        goto done;
+    }
+    ctl_bind_text(st, 1, id);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        rc = cnx_error_set(CNX_EINVAL, 0, "request %s: the id is taken (a "
+                           "request archived in %s)", id,
+                           (const char *)sqlite3_column_text(st, 0));
+        sqlite3_reset(st);
+        goto done;
+    }
+    sqlite3_reset(st);
     cnx_digest(wj, strlen(wj), digest);
     st = ctl_stmt(c, "INSERT OR IGNORE INTO requests(id, workflow, "
                      "workflow_digest, workflow_json, dataset, roi, submitted, "
@@ -154,6 +169,7 @@ static int apply_request(ctl *c, const json_t *m)
     if (rc == 0 && sqlite3_changes(c->db) == 0)
         rc = cnx_error_set(CNX_EINVAL, 0, "request %s: the id is taken (a "
                            "replayed request, or an id used before)", id);
+
 done:
     free(wj);
     free(rj);
@@ -901,7 +917,7 @@ static int lineage_statement(ctl *c, const char *manifest, json_t **stmt)
     *stmt = NULL;
     st = ctl_stmt(c, "SELECT envelope FROM lineage INDEXED BY "
                      "lineage_by_digest WHERE envelope_digest = ? AND "
-                     "verified = 1 LIMIT 1");
+                     "verified = 1 AND archive IS NULL LIMIT 1");
     if (st == NULL)
         return CNX_EIO;
     ctl_bind_text(st, 1, manifest);

@@ -25,7 +25,10 @@ static void help(void)
 {
     printf(
         "usage: cnx-controller --brokers LIST --ledger FILE --trust DIR "
-        "--key FILE [options]\n\n"
+        "--key FILE [options]\n"
+        "       cnx-controller archive --ledger FILE --request ID --out FILE\n"
+        "                              (move a finished request into its own\n"
+        "                              file; archive --help)\n\n"
         "The single writer of the ledger (SQLite, WAL). Consumes\n"
         "cnx.requests, cnx.events and cnx.lineage; plans each request\n"
         "through its workflow, releases tasks to cnx.tasks.<worker>[.urgent]\n"

@@ -20,9 +20,11 @@
  *               index.
  *   revision 3: attempts.run (each execution of an attempt its own row),
  *               the `seen` table (signed messages applied, for replays).
+ *   revision 4: lineage.archive (a row archived out of the ledger stays as
+ *               a stub naming its archive file), the `archives` table.
  */
 #define CNX_LEDGER_SCHEMA_VERSION 1
-#define CNX_LEDGER_SCHEMA_REVISION 3
+#define CNX_LEDGER_SCHEMA_REVISION 4
 
 static const char ledger_schema_sql[] =
     "CREATE TABLE IF NOT EXISTS meta(\n"
@@ -117,7 +119,7 @@ static const char ledger_schema_sql[] =
     "  envelope_digest TEXT NOT NULL, task_key TEXT, request TEXT,\n"
     "  stage TEXT, invocation TEXT, signer TEXT, verified INTEGER NOT NULL,\n"
     "  error TEXT, envelope TEXT NOT NULL,\n"
-    "  prev TEXT NOT NULL, row_digest TEXT NOT NULL,\n"
+    "  prev TEXT NOT NULL, row_digest TEXT NOT NULL, archive TEXT,\n"
     "  PRIMARY KEY(partition, offset)) WITHOUT ROWID;\n"
     "CREATE INDEX IF NOT EXISTS lineage_by_digest ON lineage(\n"
     "  envelope_digest);\n"
@@ -137,6 +139,10 @@ static const char ledger_schema_sql[] =
     "  request TEXT NOT NULL, type TEXT NOT NULL, time TEXT NOT NULL,\n"
     "  eta TEXT, deadline TEXT NOT NULL,\n"
     "  PRIMARY KEY(request, type)) WITHOUT ROWID;\n"
+    "CREATE TABLE IF NOT EXISTS archives(\n"
+    "  request TEXT PRIMARY KEY, file TEXT NOT NULL, time TEXT NOT NULL,\n"
+    "  tasks INTEGER NOT NULL, lineage INTEGER NOT NULL,\n"
+    "  stubs INTEGER NOT NULL) WITHOUT ROWID;\n"
     "CREATE VIEW IF NOT EXISTS stage_costs AS\n"
     "  SELECT s.request, s.stage, s.worker, s.tasks,\n"
     "    count(a.task_key) AS attempts_succeeded,\n"
@@ -199,6 +205,9 @@ static const char *const ledger_migrate_sql[CNX_LEDGER_SCHEMA_REVISION] = {
     "CREATE INDEX IF NOT EXISTS attempts_by_manifest ON attempts(manifest);\n"
     "CREATE INDEX IF NOT EXISTS attempts_by_stage ON attempts(stage,\n"
     "  started);\n",
+    /* 3 -> 4: a lineage row archived out of the ledger stays as a stub
+     * naming its archive file (the `archives` table is new). */
+    "ALTER TABLE lineage ADD COLUMN archive TEXT;\n",
 };
 
 #endif

@@ -726,10 +726,17 @@ int cnx_verify_add_request(cnx_verify *v, const char *request)
     rc = vf_ledger_has_request(v->ledger, request);
     if (rc < 0)
         return rc;
-    if (rc == 0)
+    if (rc == 0) {
+        char file[1024];
+        if (vf_ledger_archived(v->ledger, request, file, sizeof(file)) == 1)
+            return cnx_error_set(CNX_ENOTFOUND, 0, "the ledger %s has no "
+                                 "request %s: it was archived in %s (verify "
+                                 "that file)", vf_ledger_path(v->ledger),
+                                 request, file);
         return cnx_error_set(CNX_ENOTFOUND, 0, "the ledger %s has no "
                              "request %s", vf_ledger_path(v->ledger),
                              request);
+    }
     return vf_ledger_rows(v->ledger, request, request_row, v);
 }
 

@@ -213,6 +213,10 @@ int vf_ledger_rows(vf_ledger *l, const char *request, vf_row_fn fn,
                    void *ctx);
 /** @return 1 if the ledger has the request, 0 if not, <0 on error. */
 int vf_ledger_has_request(vf_ledger *l, const char *request);
+/* The archive file a request was moved to: 1 and its path in file; 0 if
+ * it was not archived; CNX_EIO. */
+int vf_ledger_archived(vf_ledger *l, const char *request, char *file,
+                       size_t cap);
 /** Recompute the lineage chain of every partition into findings. */
 int vf_ledger_check_chain(vf_ledger *l, vf_findings *out, size_t *rows);
 /** Is the envelope in the ledger, verified? 1 yes (row in *p, *o);

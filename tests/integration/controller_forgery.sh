@@ -24,7 +24,7 @@
 # tasks are done as reused, each naming r0's verified manifest. Finally a
 # ledger rebuilt from the topics (--rebuild) dumps exactly the live one,
 # held and rejected rows included; and a copy taken back to ledger
-# revision 1 is migrated to revision 3 by the controller that opens it.
+# revision 1 is migrated to revision 4 by the controller that opens it.
 # Reuses acceptance/lib.sh; about 30 s.
 source "$(dirname "$0")/../../acceptance/lib.sh"
 for tool in kcat sqlite3 openssl; do
@@ -243,15 +243,16 @@ check "a rebuilt ledger dumps the live one ($(wc -l <"$WORK/live.sql") lines)" \
 # the manifest of the task done before under the same key.
 cp "$WORK/rebuilt.db" "$WORK/old.db"
 sqlite3 "$WORK/old.db" "ALTER TABLE releases DROP COLUMN manifest; DROP TABLE held;
+  ALTER TABLE lineage DROP COLUMN archive; DROP TABLE archives;
   DROP INDEX attempts_by_stage; DELETE FROM meta WHERE key = 'revision'"
 crc=0
 CNX_LOG=info "$BIN/cnx-controller" --brokers "$BOOT" --ledger "$WORK/old.db" \
   --trust "$WORK/trust" --key "$CKEY" --idle-exit 1 >"$WORK/migrate.log" 2>&1 || crc=$?
 check "a revision-1 ledger opens (exit $crc) and says it is migrated" \
   grep -q "revision 1 -> 2" "$WORK/migrate.log"
-check "  it is revision 3, with the held table" \
+check "  it is revision 4, with the held table" \
   [ "$(sqlite3 -readonly "$WORK/old.db" "SELECT value FROM meta WHERE key = 'revision'")|$(
-      sqlite3 -readonly "$WORK/old.db" "SELECT count(*) FROM held")" = "3|0" ]
+      sqlite3 -readonly "$WORK/old.db" "SELECT count(*) FROM held")" = "4|0" ]
 check "  r2's reused rows name r0's manifests" \
   [ "$(sqlite3 -readonly "$WORK/old.db" "SELECT count(*) FROM releases r JOIN tasks u
         ON u.request = 'r0' AND u.task_key = r.task_key AND u.manifest = r.manifest

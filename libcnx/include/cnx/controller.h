@@ -70,6 +70,16 @@ int cnx_controller_parse_args(cnx_controller_opts *opts, int argc,
  */
 int cnx_controller_run(const cnx_controller_opts *opts);
 
+/**
+ * `cnx-controller archive ARGS` (argv[0] is "archive"): move one finished
+ * request out of a ledger into its own SQLite file (docs/ledger.md).
+ * Prints its one-line errors on stderr.
+ * @return process exit code: 0 archived, or already archived; 1 refused
+ *         (unknown or unfinished request, --out taken) or failed; 2 bad
+ *         arguments.
+ */
+int cnx_controller_archive_main(int argc, char **argv);
+
 #ifdef __cplusplus
 }
 #endif

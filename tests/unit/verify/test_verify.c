@@ -202,7 +202,8 @@ static void ledger_row(sqlite3 *db, int offset, const manifest *m,
     assert_int_equal(
         sqlite3_prepare_v2(db,
                            "INSERT INTO lineage VALUES(0, ?, ?, ?, ?, "
-                           "'segment', 'inv', 'k.pub', 1, NULL, ?, ?, ?)",
+                           "'segment', 'inv', 'k.pub', 1, NULL, ?, ?, ?, "
+                           "NULL)",
                            -1, &st, NULL),
         SQLITE_OK);
     sqlite3_bind_int(st, 1, offset);
