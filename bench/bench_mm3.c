@@ -31,8 +31,12 @@
  *    single-reduce method's projected peak. The transient working set of
  *    the join is not counted. mesh-manifest holds a reference per mesh
  *    fragment of every chunk: meshes per chunk (measured) times
- *    MANIFEST_REF_BYTES. reduce_levels() gives the rows of the reduce
- *    tree: today one level of one task.
+ *    MANIFEST_REF_BYTES. reduce_levels() gives the rows of a one-task
+ *    reduce. A workflow with a segment-join-block stage (the join as a
+ *    tree, bench/mm3_segmentation-tree.json) is projected as shipped:
+ *    each block holds its chunks' face records and those beside it and
+ *    its summary (bytes per fragment of a summary measured on the 8
+ *    chunks); the top holds every summary and the result.
  *  - controller and ledger: bench_controller COMPLETIONS (default 2000),
  *    run as a child from this program's directory: its median
  *    completions/s (the rebuild fold: released + started + manifest +
