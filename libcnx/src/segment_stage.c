@@ -332,15 +332,16 @@ static int run_join(void *ctx, const cnx_task *task, cnx_stage_io *io)
 
 /*
  * segment-join-block: one block's summary from the face records of its
- * chunks and of the chunks beside it (the halo lists them), or from the
- * summaries of the blocks inside it. The region is the box of every
- * record the task lists: a face with no record beyond it leads nowhere.
+ * chunks and of the chunks beside it (the halo lists them). The region is
+ * the box of every record the task lists: a face with no record beyond it
+ * leads nowhere. (The kernel merges summaries at any level, but a level
+ * between the blocks and the top would need the region, which a task does
+ * not carry: the workflows have two levels, and segment-join reading the
+ * summaries is the top.)
  */
 static int run_join_block(void *ctx, const cnx_task *task, cnx_stage_io *io)
 {
     const cnx_task_input *faces = cnx_task_input_get(task, "faces");
-    const cnx_task_input *blocks = cnx_task_input_get(task, "blocks");
-    const cnx_task_input *objs = faces ? faces : blocks;
     cnx_segjoin_input *in = NULL;
     cnx_segment_params p;
     cnx_box region = task->roi;
@@ -350,14 +351,15 @@ static int run_join_block(void *ctx, const cnx_task *task, cnx_stage_io *io)
     int rc;
 
     (void)ctx;
-    if (objs == NULL || task->ninputs != 1)
+    if (faces == NULL || task->ninputs != 1)
         return cnx_error_set(CNX_ESCHEMA, 0,
                              "segment-join-block: inputs: must be exactly "
-                             "one role, \"faces\" or \"blocks\"");
+                             "one role, \"faces\" (the face records of "
+                             "segment)");
     rc = join_params(io, task, "segment-join-block", &p);
     if (rc == 0)
-        rc = read_side(io, objs, faces ? "faces" : "blocks", &in);
-    for (size_t k = 0; k < objs->nobjects && rc == 0 && faces; k++) {
+        rc = read_side(io, faces, "faces", &in);
+    for (size_t k = 0; k < faces->nobjects && rc == 0; k++) {
         /* <dir>/<scale>/<chunk box> */
         const char *slash = strrchr(in[k].name, '/');
         cnx_box c;
@@ -369,11 +371,8 @@ static int run_join_block(void *ctx, const cnx_task *task, cnx_stage_io *io)
         else
             region = cnx_box_hull(&region, &c);
     }
-    if (rc == 0 && faces != NULL)
-        rc = cnx_segjoin_block(in, objs->nobjects, &task->roi, &region, &p,
-                               &out, &len);
-    else if (rc == 0)
-        rc = cnx_segjoin_merge(in, objs->nobjects, &task->roi, &region, &p,
+    if (rc == 0)
+        rc = cnx_segjoin_block(in, faces->nobjects, &task->roi, &region, &p,
                                &out, &len);
     if (rc == 0)
         rc = cnx_side_object_name(CNX_STAGE_JOIN_BLOCKS_DIR,
@@ -384,7 +383,7 @@ static int run_join_block(void *ctx, const cnx_task *task, cnx_stage_io *io)
     if (rc == 0)
         cnx_stage_add_voxels(io, cnx_box_voxels(&task->roi));
     free(out);
-    free_inputs(in, objs->nobjects);
+    free_inputs(in, faces->nobjects);
     return rc;
 }
 
@@ -399,8 +398,7 @@ const cnx_stage cnx_stage_segment_join_block = {
             "writes the block's summary blocks/<scale>/<block> (what the\n"
             "level above needs: the components reaching the block's faces,\n"
             "the seam edges leaving it, voxel counts, and each fragment's\n"
-            "segment or open component). Role \"blocks\" instead merges the\n"
-            "summaries of smaller blocks. segment-join with role \"blocks\"\n"
+            "segment or open component). segment-join with role \"blocks\"\n"
             "is the top. Parameters as segment.\n",
 };
 

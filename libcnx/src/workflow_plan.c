@@ -416,13 +416,15 @@ static int check_join(const cnx_plan *p, size_t s)
 static int check_join_block(const cnx_plan *p, size_t s)
 {
     cnx_segment_params sp;
-    int rc = join_input(p, s);
+    int rc = need_role(p, s, "faces", 1, 0, 0);
+    if (rc == 0)
+        rc = need_ninputs(p, s, 1, "role \"faces\"");
     if (rc == 0 && p->wf->stages[s].kind != CNX_WF_MAP)
         rc = refuse(p, s,
                     "the segment-join-block worker summarises one block "
                     "per task; make it a map stage with \"task_size\" the "
                     "block");
-    if (rc == 0 && role_input(p, s, "faces") && p->stages[s].halo < 1)
+    if (rc == 0 && p->stages[s].halo < 1)
         rc = refuse(p, s,
                     "halo %" PRId64 ": the segment-join-block worker reads "
                     "the face records beside its block; set \"halo\" to at "
