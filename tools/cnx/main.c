@@ -17,11 +17,22 @@ static const char *const commands[][2] = {
     {"ingest", "PNG/TIFF stacks and montage tile sets into layers"},
     {"broker", "development Kafka broker (librdkafka's mock cluster)"},
     {"keygen", "Ed25519 key pair that signs worker manifests"},
-    {"controller", "the ledger's single writer: plans, releases, SLOs"},
+    {"controller", "the ledger's single writer: plans, releases, SLOs; "
+                   "archives requests"},
     {"reprocess", "reprocess a region through a workflow, with its SLO"},
     {"replay", "finish a request whose tasks were dead-lettered"},
     {"submit", "publish the tasks of a stage over a region"},
+    {"verify", "the auditor's tool: signatures, bytes, lineage, ledger"},
+    {"tune", "fit the segmentation parameters to a ground-truth cube"},
     {"downsample", "worker: one mip level of a layer's pyramid per task"},
+    {"montage", "worker: one stitched section per task"},
+    {"align", "workers: section alignment (--stage align-match, "
+              "align-solve, align-render)"},
+    {"segment", "workers: segmentation (--stage segment, segment-join, "
+                "segment-join-block, segment-relabel)"},
+    {"mesh", "workers: meshes (--stage mesh, mesh-manifest)"},
+    {"shard", "worker: one shard of a sharded layer per task"},
+    {"synapses", "workers: synapses (--stage synapses, synapse-edges)"},
     {"demo", "the whole stack on this machine (scripts/demo.sh)"},
 };
 
@@ -53,7 +64,7 @@ static void usage(FILE *out)
     fprintf(out, "usage: cnx <command> [arguments...]\n\n"
                  "Runs cnx-<command>. Commands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        fprintf(out, "  %-10s %s\n", commands[i][0], commands[i][1]);
+        fprintf(out, "  %-11s%s\n", commands[i][0], commands[i][1]);
     fprintf(out, "\n`cnx <command> --help` describes each.\n");
 }
 
