@@ -15,6 +15,7 @@
 #include "cnx/workflow.h"
 
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -833,6 +834,43 @@ int cnx_workflow_path(const char *name, const char *dir, char *out, size_t n)
                      name);
 }
 
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The workflows beside path (NAME.json in its directory), sorted, as
+ * "a, b, c" into out (n bytes), or "none". */
+static void workflows_beside(const char *path, char *out, size_t n)
+{
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    char *names[256];
+    size_t k = 0, at = 0;
+    struct dirent *e;
+    DIR *d;
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1,
+             slash ? path : ".");
+    d = opendir(dir);
+    while (d != NULL && (e = readdir(d)) != NULL && k < 256) {
+        size_t len = strlen(e->d_name);
+        if (len > 5 && e->d_name[0] != '.' &&
+            strcmp(e->d_name + len - 5, ".json") == 0 &&
+            (names[k] = strndup(e->d_name, len - 5)) != NULL)
+            k++;
+    }
+    if (d != NULL)
+        closedir(d);
+    qsort(names, k, sizeof(*names), cmp_name);
+    snprintf(out, n, "none");
+    for (size_t i = 0; i < k; i++) {
+        int w = snprintf(out + at, n - at, "%s%s", i ? ", " : "", names[i]);
+        if (w > 0 && (size_t)w < n - at)
+            at += (size_t)w;
+        free(names[i]);
+    }
+}
+
 int cnx_workflow_load(cnx_workflow **out, const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -841,9 +879,16 @@ int cnx_workflow_load(cnx_workflow **out, const char *path)
     int rc;
 
     *out = NULL;
+    if (f == NULL && errno == ENOENT) {
+        char have[1024];
+        workflows_beside(path, have, sizeof(have));
+        return cnx_error_set(CNX_ENOTFOUND, 0,
+                             "workflow %s: no such file; the workflows "
+                             "there: %s",
+                             path, have);
+    }
     if (f == NULL)
-        return cnx_error_set(errno == ENOENT ? CNX_ENOTFOUND : CNX_EIO,
-                             errno != ENOENT, "workflow %s: %s", path,
+        return cnx_error_set(CNX_EIO, 1, "workflow %s: %s", path,
                              strerror(errno));
     for (;;) {
         size_t got;

@@ -402,5 +402,20 @@ check "--help documents the exit statuses" \
     bash -c '"$1" --help | grep -q "Where several of 3, 4 and 5 apply"' _ \
     "$BIN/cnx-reprocess"
 
+# A mistyped workflow name: exit 2 with one line that names the file looked
+# for and every workflow of that directory (truth: its listing).
+unknown_workflow() {
+    local rc=0 want
+    "$BIN/cnx-reprocess" --brokers 127.0.0.1:1 --controller-key /dev/null \
+        --workflow segmentaton --workflows "$SRC/workflows" \
+        --dataset "file://$tmp/ds" --roi 0,0,0,8,8,8 \
+        >"$tmp/unknown.out" 2>"$tmp/unknown.err" || rc=$?
+    want=$(cd "$SRC/workflows" && ls *.json | sed 's/\.json$//' | LC_ALL=C sort | paste -sd, | sed 's/,/, /g')
+    cat "$tmp/unknown.err"
+    [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/unknown.err")" -eq 1 ] &&
+        grep -qF "segmentaton.json: no such file; the workflows there: $want" "$tmp/unknown.err"
+}
+check "unknown workflow: exit 2, one line listing the workflows there" unknown_workflow
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
