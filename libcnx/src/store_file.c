@@ -630,12 +630,11 @@ static const cnx__store_ops file_ops = {
 int cnx__store_open_file(cnx_store *store)
 {
     file_impl *impl;
-    int rc;
 
     assert(store->url.scheme == CNX_URL_FILE);
-    rc = make_dirs(store->url.path);
-    if (rc != 0)
-        return rc;
+    /* The root is made by the first write (each put makes its object's
+     * directories), not here: opening a mistyped dataset to read it must
+     * leave nothing behind. */
     impl = calloc(1, sizeof(*impl));
     if (impl == NULL || (impl->root = strdup(store->url.path)) == NULL) {
         free(impl);
