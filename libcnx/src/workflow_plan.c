@@ -1369,7 +1369,22 @@ static int widen(cnx_plan *p)
 {
     const cnx_workflow *wf = p->wf;
     const cnx_scale *first = &p->stages[0].in_scale;
+    cnx_box fb = scale_bounds(first);
 
+    if (!cnx_box_contains(&fb, &p->roi)) {
+        /* said once, in the first stage's input voxels */
+        char a[128], b[128], c[128], note[512];
+        cnx_box in = cnx_box_intersect(&p->roi, &fb);
+        fmt_box(&p->roi, a, sizeof(a));
+        fmt_box(&fb, b, sizeof(b));
+        fmt_box(&in, c, sizeof(c));
+        snprintf(note, sizeof(note),
+                 "roi %s reaches outside the volume (voxels %s of scale "
+                 "'%s'): clipped to %s",
+                 a, b, first->key, c);
+        if (add_note(p, note) != 0)
+            return CNX_ENOMEM;
+    }
     for (size_t s = wf->nstages; s-- > 0;) {
         cnx_plan_stage *ps = &p->stages[s];
         cnx_box bounds = scale_bounds(&ps->in_scale);
