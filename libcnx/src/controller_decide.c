@@ -925,7 +925,11 @@ static json_t *stage_counts(ctl *c, const char *request, int64_t *remaining,
            "a.task_key AND t.request = a.request WHERE t.request = s.request "
            "AND t.stage = s.stage AND a.state = 'failed'), "
            "(SELECT count(*) FROM tasks t WHERE t.request = s.request AND "
-           "t.stage = s.stage AND t.state = 'planned' AND t.deps_left > 0) "
+           "t.stage = s.stage AND t.state = 'planned' AND t.deps_left > 0), "
+           "(SELECT count(*) FROM tasks t WHERE t.request = s.request AND "
+           "t.stage = s.stage AND t.state = 'released' AND EXISTS (SELECT 1 "
+           "FROM attempts a WHERE a.task_key = t.task_key AND a.request = "
+           "t.request AND a.state = 'started')) "
            "FROM stages s WHERE s.request = ? ORDER BY s.seq");
     *remaining = *done_run = *active = *never_run = *dead = 0;
     if (st == NULL)
@@ -939,6 +943,9 @@ static json_t *stage_counts(ctl *c, const char *request, int64_t *remaining,
         int64_t reused = sqlite3_column_int64(st, 5);
         int64_t failed = sqlite3_column_int64(st, 6);
         int64_t blocked = sqlite3_column_int64(st, 7);
+        /* running: a worker has started it (released alone may still sit
+         * on the topic); the released ones keep the request active */
+        int64_t started = sqlite3_column_int64(st, 8);
         *remaining += total - done - dd;
         *done_run += done - reused;
         *active += running;
@@ -947,7 +954,7 @@ static json_t *stage_counts(ctl *c, const char *request, int64_t *remaining,
         json_array_append_new(
             arr, json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I}", "stage",
                            col(st, 0), "total", (json_int_t)total, "done",
-                           (json_int_t)done, "running", (json_int_t)running,
+                           (json_int_t)done, "running", (json_int_t)started,
                            "failed", (json_int_t)failed, "dead",
                            (json_int_t)dd, "reused", (json_int_t)reused));
     }
