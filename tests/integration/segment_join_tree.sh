@@ -7,7 +7,9 @@
 # (join-blocks, then the top reading the block summaries) with blocks of
 # 2x2x2 chunks into v2 and of 3x2x1 chunks (blocks cut short at the
 # volume's faces) into v3. Checked:
-#  1. the three requests done, with 4 and 8 join-blocks tasks;
+#  1. the three requests done, with 4 and 8 join-blocks tasks; their
+#     progress lines count as running only tasks a worker has started
+#     (at most 1 per stage here; it counted every released task);
 #  2. fragments and segmentation (chunks, mappings, segment properties,
 #     infos) byte-identical, object for object, across the three;
 #  3. one block summary per join-blocks task, each a subject of a signed
@@ -67,6 +69,10 @@ check "tree, blocks of 3x2x1 chunks: done (rc $RC)" [ "$RC" -eq 0 ]
 check "tree, blocks of 3x2x1 chunks: 8 join-blocks tasks, cut short at the far x face" \
   [ "$(tasks_of tree8)" = "[('fragments', 32), ('join-blocks', 8), ('join', 1), ('relabel', 32)]" ]
 [ "$RC" -eq 0 ] || { tail -n 20 "$WORK"/*.log "$WORK"/*.err >&2 || true; }
+
+check "progress counts as running only what a worker started: at most 1 per stage, one worker each ($(cat "$WORK"/single.err "$WORK"/tree4.err "$WORK"/tree8.err | grep -o '[0-9]* running' | sort -n | tail -1 || true) at most)" \
+  bash -c 'n=$(cat "$@" | grep -o "[0-9]* running" | grep -c .); [ "$n" -gt 0 ] && ! cat "$@" | grep -o "[0-9]* running" | grep -qv "^[01] running"' \
+  _ "$WORK/single.err" "$WORK/tree4.err" "$WORK/tree8.err"
 
 # ---- 2. the same bytes
 for v in 2 3; do
