@@ -1380,6 +1380,7 @@ static void draw_block(cnx_reprocess_view *v, int64_t now, FILE *f)
 
 static void print_changes(cnx_reprocess_view *v, FILE *f)
 {
+    int any = 0;
     for (size_t i = 0; i < v->nstages; i++) {
         view_stage *s = &v->stages[i];
         if (s->ever_shown && memcmp(s->n, s->shown, sizeof(s->n)) == 0)
@@ -1394,7 +1395,13 @@ static void print_changes(cnx_reprocess_view *v, FILE *f)
         fprintf(f, "\n");
         memcpy(s->shown, s->n, sizeof(s->n));
         s->ever_shown = 1;
+        any = 1;
     }
+    if (any && v->have_progress)
+        fprintf(f, "cnx-reprocess: ETA %s, deadline %s, SLO %s\n",
+                v->eta[0] != '\0' ? v->eta : "unknown",
+                v->deadline[0] != '\0' ? v->deadline : "unknown",
+                slo_word(v->slo));
 }
 
 /* Take in the stages of a progress message, keeping what was printed. */

@@ -294,6 +294,8 @@ check "malformed answer reported once and skipped" \
     grep -q "ignoring a malformed message.*stages\[0\].done" "$tmp/ok.err"
 check "plain progress lines and SLO changes on stderr (not a terminal)" \
     grep -q "SLO AT RISK" "$tmp/ok.err"
+check "plain progress lines carry the ETA and the deadline" \
+    grep -q "^cnx-reprocess: ETA 2026-11-22T12:10:00Z, deadline " "$tmp/ok.err"
 check "summary text on stderr" \
     grep -q "35 of 36 repeated tasks bit-identical" "$tmp/violation.err"
 
