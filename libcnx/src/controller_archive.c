@@ -206,8 +206,8 @@ static int count_rows(sqlite3 *db, const char *schema, const char *request,
         "SELECT count(*) FROM %s.tasks WHERE request = ?1",
         "SELECT count(*) FROM %s.releases WHERE request = ?1",
         "SELECT count(*) FROM %s.attempts WHERE request = ?1",
-        "SELECT count(*) FROM %s.lineage WHERE request = ?1 AND archive IS "
-        "NULL"};
+        ("SELECT count(*) FROM %s.lineage WHERE request = ?1 AND archive "
+         "IS NULL")};
     char sql[256];
     int rc = 0;
     for (int i = 0; i < 4 && rc == 0; i++) {
