@@ -14,9 +14,14 @@ CNX_FAULT_INJECTION=ON bash scripts/setup.sh release asan
 # (tests/support/s3rver.sh installs s3rver, pinned, from npm); chromium is
 # the browser of acceptance/browser_test.sh (Neuroglancer and playwright-core,
 # pinned, from npm: tests/support/neuroglancer.sh).
+# The operations checks (tests/integration/ops_*.sh) use Debian's promtool
+# (package prometheus), systemd-analyze (systemd) and PyYAML (python3-yaml).
 test_tools=()
 command -v npm >/dev/null 2>&1 || test_tools+=(nodejs npm)
 [ -x /usr/bin/chromium ] || test_tools+=(chromium)
+command -v promtool >/dev/null 2>&1 || test_tools+=(prometheus)
+command -v systemd-analyze >/dev/null 2>&1 || test_tools+=(systemd)
+/usr/bin/python3 -c 'import yaml' 2>/dev/null || test_tools+=(python3-yaml)
 if [ ${#test_tools[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
