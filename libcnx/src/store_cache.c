@@ -331,12 +331,21 @@ void cnx__cache_put(const char *digest, const uint8_t *data, size_t len)
                          (unsigned long)atomic_fetch_add(&tmp_counter, 1)) >=
         sizeof(tmp))
         return;
-    if (mkdir_p(parent) != 0 ||
-        (fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0) {
-        if ((size_t)snprintf(tmp, sizeof(tmp), "%s/tmp", dir) < sizeof(tmp))
-            (void)mkdir_p(tmp);
+    if (mkdir_p(parent) != 0)
         return; /* the next put tries again */
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == ENOENT) {
+        /* A directory named by CNX_CACHE_DIR alone (no configure) has no
+         * tmp/ yet, or a cleaner removed it: make it and try once more,
+         * so that the first put into a fresh directory is kept. */
+        char tmpdir[PATH_MAX];
+        if ((size_t)snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", dir) <
+                sizeof(tmpdir) &&
+            mkdir_p(tmpdir) == 0)
+            fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     }
+    if (fd < 0)
+        return; /* the next put tries again */
     if (cnx__write_all(fd, data, len) != 0) {
         close(fd);
         unlink(tmp);

@@ -65,6 +65,33 @@ static void test_store_cache__hit_returns_the_bytes_and_counts(void **state)
     cnx_test_rmtree(dir);
 }
 
+/* The first put into a directory without its tmp/ (a fresh directory
+ * named by CNX_CACHE_DIR alone, or one a cleaner emptied) is kept, not
+ * dropped until the next put. */
+static void test_store_cache__first_put_into_a_fresh_directory_is_kept(
+    void **state)
+{
+    char dir[64], tmp[96], digest[CNX_DIGEST_LEN];
+    uint8_t buf[500], *data = NULL;
+    size_t len = 0;
+    (void)state;
+
+    cnx_test_tmpdir(dir);
+    assert_int_equal(cnx_store_cache_configure(dir, 1 << 20), 0);
+    snprintf(tmp, sizeof(tmp), "%s/tmp", dir);
+    assert_int_equal(rmdir(tmp), 0);
+    fill(buf, sizeof(buf), 7);
+    cnx_digest(buf, sizeof(buf), digest);
+    cnx__cache_put(digest, buf, sizeof(buf));
+    assert_true(entry_exists(dir, digest));
+    assert_int_equal(cnx__cache_get(digest, 1 << 20, &data, &len), 0);
+    assert_int_equal(len, sizeof(buf));
+    assert_memory_equal(data, buf, len);
+    free(data);
+    assert_int_equal(cnx_store_cache_configure(NULL, 0), 0);
+    cnx_test_rmtree(dir);
+}
+
 static void test_store_cache__damaged_entry_is_a_miss_and_removed(void **state)
 {
     char dir[64], digest[CNX_DIGEST_LEN], path[256];
@@ -327,6 +354,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_store_cache__hit_returns_the_bytes_and_counts),
+        cmocka_unit_test(
+            test_store_cache__first_put_into_a_fresh_directory_is_kept),
         cmocka_unit_test(
             test_store_cache__damaged_entry_is_a_miss_and_removed),
         cmocka_unit_test(
