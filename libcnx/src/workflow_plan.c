@@ -1373,7 +1373,7 @@ static int widen(cnx_plan *p)
 
     if (!cnx_box_contains(&fb, &p->roi)) {
         /* said once, in the first stage's input voxels */
-        char a[128], b[128], c[128], note[512];
+        char a[128], b[128], c[128], note[640];
         cnx_box in = cnx_box_intersect(&p->roi, &fb);
         fmt_box(&p->roi, a, sizeof(a));
         fmt_box(&fb, b, sizeof(b));

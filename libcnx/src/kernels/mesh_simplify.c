@@ -933,9 +933,13 @@ int cnx_mesh_simplify(cnx_mesh *m, const cnx_mesh_simplify_opts *o)
     assert(nt == s.alive);
     free(m->verts);
     free(m->tris);
-    m->verts = realloc(verts, 3 * nv * sizeof(*verts) + 1);
-    if (m->verts == NULL)
-        m->verts = verts;
+    {
+        /* Shrink to fit; where realloc cannot, keep the larger block. */
+        void *fit = realloc(verts, 3 * nv * sizeof(*verts) + 1);
+        if (fit != NULL)
+            verts = fit;
+    }
+    m->verts = verts;
     m->tris = tris;
     m->nverts = nv;
     m->ntris = nt;
