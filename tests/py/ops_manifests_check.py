@@ -30,7 +30,10 @@ def fail(where, what):
 
 
 def run(argv):
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return 127, str(e)
     return r.returncode, r.stdout + r.stderr
 
 
@@ -167,6 +170,14 @@ def check_paths(opts, container, pod, objects, where, keys):
         v = vols.get(m["name"])
         if v is None:
             continue
+        if "emptyDir" in v:
+            # A file on an emptyDir is one an init container puts there.
+            made = [c for c in pod.get("initContainers", []) or []
+                    if path in map(str, (c.get("command") or []) +
+                                   (c.get("args") or []))]
+            if opt != "--cache" and not made:
+                fail(where, f"{opt} {path}: no init container writes it")
+            continue
         rel = os.path.relpath(path, m["mountPath"])
         for kind, ref in (("Secret", (v.get("secret") or {}).get("secretName")),
                           ("ConfigMap", (v.get("configMap") or {}).get("name"))):
@@ -184,6 +195,12 @@ def data_keys(doc):
 
 def check_refs(pod, objects, where, claim_names=()):
     vols = {v["name"]: v for v in pod.get("volumes", []) or []}
+    for c in pod.get("initContainers", []) or []:
+        argv = [str(a) for a in (c.get("command") or []) +
+                (c.get("args") or [])]
+        paths = {f"(init container {c['name']}, argument {i})": a
+                 for i, a in enumerate(argv) if a.startswith("/")}
+        check_paths(paths, c, pod, objects, where, list(paths))
     for v in vols.values():
         if "secret" in v:
             n = v["secret"]["secretName"]
@@ -431,6 +448,9 @@ def check_k8s(src, bindir, stages, facts):
                  "has one writer")
         pod = d["spec"]["template"]["spec"]
         c = pod["containers"][0]
+        if os.path.basename(str((c.get("command") or [""])[0])) != \
+                "cnx-controller":
+            fail(where, "its first container does not run cnx-controller")
         rc, h = run([os.path.join(bindir, "cnx-controller"), "--help"])
         opts = parse_args(c.get("args", []), help_options(h), where)
         check_vars(c.get("args", []), c, where)
@@ -556,8 +576,12 @@ def check_systemd(src, bindir, stages):
         svc = {k: v for s, k, v in st if s == "Service"}
         ex = shlex.split(svc.get("ExecStart", ""))
         if opts is None:
-            rc, h = run([os.path.join(bindir, os.path.basename(ex[0])),
-                         "--help"]) if ex else (1, "")
+            prog = os.path.join(bindir, os.path.basename(ex[0])) if ex else ""
+            if not os.access(prog, os.X_OK):
+                fail(rel, f"ExecStart runs {ex[0] if ex else 'nothing'}, "
+                     "which is not built")
+                continue
+            rc, h = run([prog, "--help"])
             opts = help_options(h)
         flags = [a for a in ex[1:] if a.startswith("--")]
         for a in flags:
