@@ -388,8 +388,8 @@ def check_k8s(src, bindir, stages, facts):
             have = {(t["metadata"].get("topic"),
                      t["metadata"].get("consumerGroup")) for t in trig}
             if have != want or len(trig) != len(want):
-                fail(swhere, f"kafka triggers {sorted(have)} are not the "
-                     f"worker's lanes {sorted(want)}")
+                fail(swhere, f"kafka triggers {sorted(have, key=str)} are "
+                     f"not the worker's lanes {sorted(want)}")
             lag = {}
             for t in trig:
                 md = t["metadata"]
@@ -721,9 +721,21 @@ def main():
     if not stages:
         fail(a.bin, "no worker found (no cnx-* --help names a stage)")
     facts = source_facts(a.source)
-    ndep, nso, ndocs = check_k8s(a.source, a.bin, stages, facts)
-    check_systemd(a.source, a.bin, stages)
-    check_dockerfile(a.source, a.bin)
+    ndep = nso = ndocs = 0
+    # A manifest shaped unlike any expected (a missing field) is a failure
+    # with its reason, not a traceback.
+    try:
+        ndep, nso, ndocs = check_k8s(a.source, a.bin, stages, facts)
+    except (KeyError, TypeError, AttributeError, IndexError) as e:
+        fail("ops/k8s", f"unexpected shape: {type(e).__name__}: {e}")
+    for name, check in (("ops/systemd", lambda: check_systemd(
+            a.source, a.bin, stages)), ("ops/container", lambda:
+            check_dockerfile(a.source, a.bin))):
+        try:
+            check()
+        except (KeyError, TypeError, AttributeError, IndexError,
+                OSError) as e:
+            fail(name, f"unexpected shape: {type(e).__name__}: {e}")
     print(f"stages offered by the built workers: {len(stages)} "
           f"({', '.join(sorted(stages))})")
     print(f"ops/k8s: {ndocs} documents, {ndep} worker Deployments, "
