@@ -3,8 +3,9 @@
  * and stage, tasks by state, retried tasks, CPU time, mm³ and $/mm³; per
  * request, ETA, deadline and SLO state; per stage and lane, released tasks
  * no worker has started; violations recorded; messages applied. Rendered
- * from the ledger by the main thread once per progress period (each query
- * reads only open requests' rows, or one index range); the HTTP thread
+ * from the ledger by the main thread once per progress period; each query
+ * reads only open requests' rows (CROSS JOIN keeps `requests` outer: a
+ * finished request's rows are never visited); the HTTP thread
  * (http_metrics.c) serves a copy, behind whether the controller is
  * catching up (an atomic the main thread sets; no ledger read then).
  */
@@ -74,8 +75,8 @@ static void emit_costs(ctl *c, buf *b)
             "that needed more than one attempt, by stage.\n"
             "# TYPE cnx_request_retried_tasks gauge\n");
     st = ctl_stmt(c, "SELECT t.request, t.stage, sum(t.last_attempt > 1) "
-                     "FROM tasks t JOIN requests r ON r.id = t.request "
-                     "WHERE r.state = 'accepted' GROUP BY t.request, "
+                     "FROM requests r CROSS JOIN tasks t ON t.request = "
+                     "r.id WHERE r.state = 'accepted' GROUP BY t.request, "
                      "t.stage ORDER BY 1, 2");
     while (st != NULL && sqlite3_step(st) == SQLITE_ROW)
         emit(b,
@@ -94,9 +95,17 @@ static void emit_costs(ctl *c, buf *b)
                 "--price-per-core-hour per cubic millimetre processed, by "
                 "stage of an open request.\n"
                 "# TYPE cnx_request_cost_per_mm3_dollars gauge\n");
-    st = ctl_stmt(c, "SELECT sc.request, sc.stage, sc.cpu_s, sc.mm3 "
-                     "FROM stage_costs sc JOIN requests r ON r.id = "
-                     "sc.request WHERE r.state = 'accepted' ORDER BY 1, 2");
+    /* The sums of the stage_costs view (docs/ledger.md), written out:
+     * joined to the view, SQLite materializes it for every request of
+     * the ledger. */
+    st = ctl_stmt(c, "SELECT s.request, s.stage, coalesce(sum(a.cpu_s), 0), "
+                     "coalesce(sum(a.voxels), 0) * s.res_x * s.res_y * "
+                     "s.res_z * 1e-18 FROM requests r CROSS JOIN stages s ON "
+                     "s.request = r.id LEFT JOIN tasks t ON t.request = "
+                     "s.request AND t.stage = s.stage LEFT JOIN attempts a "
+                     "ON a.task_key = t.task_key AND a.request = t.request "
+                     "AND a.state = 'succeeded' WHERE r.state = 'accepted' "
+                     "GROUP BY s.request, s.stage ORDER BY 1, 2");
     while (st != NULL && sqlite3_step(st) == SQLITE_ROW) {
         const char *req = (const char *)sqlite3_column_text(st, 0);
         const char *stage = (const char *)sqlite3_column_text(st, 1);
@@ -128,15 +137,17 @@ static void emit_queued(ctl *c, buf *b)
             "to a worker stage's lane that no worker has started yet.\n"
             "# TYPE cnx_stage_queued_tasks gauge\n");
     st = ctl_stmt(
-        c, "SELECT w.worker, l.lane, (SELECT count(*) FROM tasks t JOIN "
-           "requests q ON q.id = t.request JOIN stages g ON g.request = "
-           "t.request AND g.stage = t.stage WHERE q.state = 'accepted' AND "
+        c, "SELECT w.worker, l.lane, (SELECT count(*) FROM requests q CROSS "
+           "JOIN tasks t INDEXED BY tasks_by_state ON t.request = q.id "
+           "CROSS JOIN stages g ON g.request = t.request AND g.stage = "
+           "t.stage WHERE q.state = 'accepted' AND "
            "t.state = 'released' AND g.worker = w.worker AND "
            "coalesce(t.lane, 'bulk') = l.lane AND NOT EXISTS (SELECT 1 FROM "
            "attempts a WHERE a.task_key = t.task_key AND a.request = "
            "t.request AND a.attempt = t.last_attempt AND a.state != "
-           "'preempted')) FROM (SELECT DISTINCT g.worker FROM stages g JOIN "
-           "requests r ON r.id = g.request WHERE r.state = 'accepted') w, "
+           "'preempted')) FROM (SELECT DISTINCT g.worker FROM requests r "
+           "CROSS JOIN stages g ON g.request = r.id WHERE r.state = "
+           "'accepted') w, "
            "(SELECT 'bulk' AS lane UNION ALL SELECT 'urgent') l "
            "ORDER BY 1, 2");
     while (st != NULL && sqlite3_step(st) == SQLITE_ROW)
@@ -164,9 +175,9 @@ void ctl_metrics_update(ctl *c)
     emit(&b, "# HELP cnx_request_tasks Tasks of a running request by stage "
              "and state.\n# TYPE cnx_request_tasks gauge\n");
     st = ctl_stmt(c, "SELECT t.request, t.stage, t.state, count(*) FROM "
-                     "tasks t JOIN requests r ON r.id = t.request WHERE "
-                     "r.state = 'accepted' GROUP BY t.request, t.stage, "
-                     "t.state ORDER BY 1, 2, 3");
+                     "requests r CROSS JOIN tasks t ON t.request = r.id "
+                     "WHERE r.state = 'accepted' GROUP BY t.request, "
+                     "t.stage, t.state ORDER BY 1, 2, 3");
     while (st != NULL && sqlite3_step(st) == SQLITE_ROW)
         emit(&b, "cnx_request_tasks{request=\"%s\",stage=\"%s\",state=\"%s\"}"
                  " %lld\n",
