@@ -141,8 +141,17 @@ for pat in (r"cnx_request_tasks\{request=\"req-restart\",stage=\"ds1\",state=\"d
             r"cnx_request_eta_seconds\{request=\"req-restart\"\} [0-9]",
             r"cnx_request_deadline_seconds\{request=\"req-restart\"\} [0-9]",
             r"cnx_request_slo\{request=\"req-restart\",state=\"ok\"\} 1",
-            r"cnx_controller_messages_applied_total [1-9]"):
-    assert re.search(pat, t), pat' "http://127.0.0.1:$MPORT/metrics" "$WORK/metrics.txt" 2>/dev/null
+            r"cnx_controller_messages_applied_total [1-9]",
+            r"cnx_controller_catching_up 0",
+            r"cnx_controller_last_update_timestamp_seconds [1-9]",
+            r"cnx_stage_queued_tasks\{stage=\"downsample\",lane=\"bulk\"\} [0-9]",
+            r"cnx_request_retried_tasks\{request=\"req-restart\",stage=\"ds1\"\} [0-9]",
+            r"cnx_request_cpu_seconds\{request=\"req-restart\",stage=\"ds1\"\} [0-9]",
+            r"cnx_request_processed_mm3\{request=\"req-restart\",stage=\"ds1\"\} [0-9]",
+            r"cnx_request_cost_per_mm3_dollars\{request=\"req-restart\",stage=\"ds1\"\} [0-9]",
+            r"cnx_ledger_violations_total\{kind=\"reproducibility\"\} " + sys.argv[3] + "\n"):
+    assert re.search(pat, t), pat' "http://127.0.0.1:$MPORT/metrics" "$WORK/metrics.txt" \
+    "$(sql "SELECT count(*) FROM violations WHERE kind = 'reproducibility'")" 2>/dev/null
 }
 check "metrics: per-request tasks by state, ETA, deadline and SLO" wait_for 20 metrics_ok
 kill -9 "$CPID"

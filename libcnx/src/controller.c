@@ -346,9 +346,13 @@ static int catch_up(ctl *c, int interruptible)
     cnx_position *ends = NULL;
     size_t nends = 0;
     double t0 = cnx_now(), moved = t0;
-    int rc = cnx_reader_ends(c->reader, &ends, &nends, 10000);
-    if (rc != 0)
+    int rc;
+    cnx__ctl_metrics_catching_up(1);
+    rc = cnx_reader_ends(c->reader, &ends, &nends, 10000);
+    if (rc != 0) {
+        cnx__ctl_metrics_catching_up(0);
         return rc;
+    }
     CNX_DEBUG("controller", "log ends of %zu partition(s) in %.3f s", nends,
               cnx_now() - t0);
     for (;;) {
@@ -373,6 +377,7 @@ static int catch_up(ctl *c, int interruptible)
         }
     }
     free(ends);
+    cnx__ctl_metrics_catching_up(0);
     if (rc == 0)
         CNX_INFO("controller", "caught up: %lld message(s) applied in "
                  "%.2f s", (long long)c->applied, cnx_now() - t0);

@@ -194,6 +194,8 @@ int ctl_decide(ctl *c);
 void ctl_metrics_update(ctl *c);
 int cnx__ctl_metrics_start(ctl *c, int port);
 void cnx__ctl_metrics_stop(void);
+/* Whether catch_up is running (the exposition says so; any thread). */
+void cnx__ctl_metrics_catching_up(int on);
 
 /* Current wall-clock time, RFC 3339 with milliseconds. */
 void ctl_now_text(char out[32]);
