@@ -283,7 +283,8 @@ static int read_stages(rp *r)
         return rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         char *name = dup_col(st, 0);
-        rp_stage *s = &r->stages[stage_of(r, name)];
+        size_t k = stage_of(r, name); /* may move r->stages */
+        rp_stage *s = &r->stages[k];
         free(name);
         free(s->worker);
         free(s->kind);
@@ -459,7 +460,8 @@ static int read_costs(rp *r)
         return rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         char *name = dup_col(st, 0);
-        rp_stage *s = &r->stages[stage_of(r, name)];
+        size_t k = stage_of(r, name); /* may move r->stages */
+        rp_stage *s = &r->stages[k];
         free(name);
         s->attempts_ok = sqlite3_column_int64(st, 1);
         s->voxels = sqlite3_column_int64(st, 2);
@@ -489,7 +491,8 @@ static int read_costs(rp *r)
         return rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         char *name = dup_col(st, 0);
-        rp_stage *s = &r->stages[stage_of(r, name)];
+        size_t k = stage_of(r, name); /* may move r->stages */
+        rp_stage *s = &r->stages[k];
         free(name);
         s->repeated = sqlite3_column_int64(st, 1);
         s->identical = sqlite3_column_int64(st, 2);
@@ -985,6 +988,35 @@ static void identity(FILE *f, rp *r)
 
 /* ---- Neuroglancer ----------------------------------------------------- */
 
+/* url's path under the dataset ("segmentation/v1" of
+ * "<dataset>/segmentation/v1"), or NULL when it is elsewhere. */
+static const char *under_dataset(const rp *r, const char *url)
+{
+    size_t n = strlen(r->dataset);
+    while (n > 0 && r->dataset[n - 1] == '/')
+        n--;
+    if (n == 0 || strncmp(url, r->dataset, n) != 0 || url[n] != '/')
+        return NULL;
+    return url + n + 1;
+}
+
+/* A layer's Neuroglancer source: the layer's path under the dataset
+ * appended to the base, or its own URL when it is not under the dataset.
+ * malloc'ed. */
+static char *layer_source(const rp *r, const char *base, const char *url)
+{
+    const char *rel = under_dataset(r, url);
+    size_t n = strlen(base) + strlen(url) + 20;
+    char *src = malloc(n);
+    if (src == NULL)
+        abort();
+    if (rel != NULL)
+        snprintf(src, n, "precomputed://%s/%s", base, rel);
+    else
+        snprintf(src, n, "precomputed://%s", url);
+    return src;
+}
+
 /* The layer type a Neuroglancer state gives a layer: from its info file
  * when the dataset is a local directory, else from the worker that wrote
  * it: a stage that writes a part of a layer (its output scale names the
@@ -997,13 +1029,17 @@ static const char *layer_type(const rp *r, const rp_stage *st)
     if (strcmp(w, "align-match") == 0 || strcmp(w, "align-solve") == 0)
         return NULL;
     if (strncmp(r->dataset, "file://", 7) == 0) {
-        size_t n = strlen(r->dataset) + strlen(st->out_layer) + 16;
+        size_t n = strlen(st->out_layer) + strlen(r->dataset) + 16;
         char *path = malloc(n);
         json_t *info;
         const char *type = NULL;
         if (path == NULL)
             abort();
-        snprintf(path, n, "%s/%s/info", r->dataset + 7, st->out_layer);
+        /* output layers are URLs: the stage's own, or under the dataset */
+        if (strncmp(st->out_layer, "file://", 7) == 0)
+            snprintf(path, n, "%s/info", st->out_layer + 7);
+        else
+            snprintf(path, n, "%s/%s/info", r->dataset + 7, st->out_layer);
         info = json_load_file(path, 0, NULL);
         free(path);
         if (info != NULL) {
@@ -1073,35 +1109,30 @@ static void annotation_layers(const rp *r, json_t *layers, const char *base)
     while (sqlite3_step(st) == SQLITE_ROW) {
         const char *layer = (const char *)sqlite3_column_text(st, 0);
         const char *obj = (const char *)sqlite3_column_text(st, 1);
-        char *key, *src, name[32];
-        const char *at, *end;
+        const char *seg;
+        char *dir, *src, name[32];
         size_t n;
         if (layer == NULL || obj == NULL)
             continue;
-        n = strlen(layer) + 32;
-        key = malloc(n);
-        if (key == NULL)
-            abort();
-        snprintf(key, n, "/%s/synapse_annotations/", layer);
-        at = strstr(obj, key);
-        end = obj + strlen(obj) - strlen("/info");
-        free(key);
-        if (at == NULL || end <= at)
+        n = strlen(obj);
+        if (n < 5 || strcmp(obj + n - 5, "/info") != 0 ||
+            strncmp(obj, layer, strlen(layer)) != 0)
             continue;
-        at++; /* the layer's path onwards, up to "/info" */
-        n = strlen(base) + (size_t)(end - at) + 20;
-        src = malloc(n);
-        if (src == NULL)
+        dir = strndup(obj, n - 5); /* the collection's directory */
+        if (dir == NULL)
             abort();
-        snprintf(src, n, "precomputed://%s/%.*s", base, (int)(end - at), at);
+        src = layer_source(r, base, dir);
+        free(dir);
+        seg = under_dataset(r, layer);
         snprintf(name, sizeof(name), k == 0 ? "synapses" : "synapses %d",
                  k + 1);
         json_array_append_new(
             layers,
             json_pack("{s:s,s:s,s:s,s:{s:s,s:s},s:[s,s]}", "type",
                       "annotation", "name", name, "source", src,
-                      "linkedSegmentationLayer", "pre_synaptic_cell", layer,
-                      "post_synaptic_cell", layer, "filterBySegmentation",
+                      "linkedSegmentationLayer", "pre_synaptic_cell",
+                      seg ? seg : layer, "post_synaptic_cell",
+                      seg ? seg : layer, "filterBySegmentation",
                       "pre_synaptic_cell", "post_synaptic_cell"));
         free(src);
         k++;
@@ -1140,27 +1171,26 @@ static json_t *ng_state(const rp *r)
         const char *type;
         json_t *l;
         char *src;
-        size_t n;
+        const char *name;
         if (!st->planned || st->out_layer[0] == '\0')
             continue;
         type = layer_type(r, st);
         if (type == NULL)
             continue;
-        l = find_layer(layers, st->out_layer);
+        name = under_dataset(r, st->out_layer);
+        if (name == NULL)
+            name = st->out_layer;
+        l = find_layer(layers, name);
         if (l != NULL) {
             if (strchr(st->out_scale, ':') == NULL &&
                 strcmp(type, "segmentation") == 0)
                 json_object_set_new(l, "type", json_string(type));
             continue;
         }
-        n = strlen(base) + strlen(st->out_layer) + 20;
-        src = malloc(n);
-        if (src == NULL)
-            abort();
-        snprintf(src, n, "precomputed://%s/%s", base, st->out_layer);
+        src = layer_source(r, base, st->out_layer);
         json_array_append_new(layers,
                               json_pack("{s:s,s:s,s:s}", "type", type, "name",
-                                        st->out_layer, "source", src));
+                                        name, "source", src));
         free(src);
     }
     annotation_layers(r, layers, base);
@@ -1184,7 +1214,7 @@ static void put_url_encoded(FILE *f, const char *s)
 
 static void viewer(FILE *f, const rp *r, const json_t *state)
 {
-    char *compact = json_dumps(state, JSON_COMPACT);
+    char *compact = json_dumps(state, JSON_COMPACT | JSON_REAL_PRECISION(12));
     const json_t *layers = json_object_get(state, "layers");
     const json_t *l;
     size_t i;
@@ -1306,7 +1336,7 @@ static int write_file(const char *dir, const char *name, rp *r,
         fputs("<p class=\"foot\">Made by cnx-report from the ledger ", f);
         esc(f, r->o->ledger);
         fputs(" (docs/report.md).</p>\n</body></html>\n", f);
-    } else if (json_dumpf(state, f, JSON_INDENT(2)) != 0 ||
+    } else if (json_dumpf(state, f, JSON_INDENT(2) | JSON_REAL_PRECISION(12)) != 0 ||
                fputc('\n', f) == EOF) {
         errno = EIO;
     }
@@ -1328,9 +1358,26 @@ done:
     return rc;
 }
 
+/* mkdir -p: the directory and any missing parents. */
 static int make_dir(const char *dir)
 {
     struct stat sb;
+    char *p = strdup(dir);
+    if (p == NULL)
+        abort();
+    for (char *q = p + 1; *q != '\0'; q++) {
+        if (*q != '/')
+            continue;
+        *q = '\0';
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            int e = errno;
+            free(p);
+            return cnx_error_set(CNX_EIO, 0, "cannot create %s: %s", dir,
+                                 strerror(e));
+        }
+        *q = '/';
+    }
+    free(p);
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return cnx_error_set(CNX_EIO, 0, "cannot create %s: %s", dir,
                              strerror(errno));

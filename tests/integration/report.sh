@@ -42,6 +42,7 @@ request r1 & RPID=$!
 PIDS+=($RPID)
 exited() { ! kill -0 "$WPID" 2>/dev/null; }
 check "w1 exits before committing its first task" wait_for 60 exited
+check "  having said so" grep -q "fault: exiting before the commit of task" "$WORK/w1.log"
 start_worker w1
 rrc=0; wait "$RPID" || rrc=$?
 check "r1 done (cnx-reprocess exit $rrc)" [ "$rrc" -eq 0 ]

@@ -133,7 +133,9 @@ def main():
     check("no script element in the page", page.elements["script"] == 0)
     state = json.load(open(out + "/neuroglancer.json"))
     layers = {l["name"]: l for l in state["layers"]}
-    written = {l for (l,) in db.execute(
+    dataset = db.execute("SELECT dataset FROM requests WHERE id = ?",
+                         (req,)).fetchone()[0].rstrip("/") + "/"
+    written = {l[len(dataset):] if l.startswith(dataset) else l for (l,) in db.execute(
         "SELECT output_layer FROM stages WHERE request = ? AND worker NOT IN "
         "('align-match', 'align-solve')", (req,))}
     check("neuroglancer.json has every layer written (%s)" % sorted(written),
