@@ -559,8 +559,8 @@ static void axis(FILE *f, double y, double tmax, const char *what)
                    "x=\"%.1f\" y=\"%.1f\">%s</text>\n",
                 x, y, x, y + 4, x, y + 16, lab);
     }
-    fprintf(f, "<text class=\"tl\" x=\"%.1f\" y=\"%.1f\">%s</text>\n",
-            RP_X0 - 8, y + 16, what);
+    fprintf(f, "<text class=\"label\" x=\"%.1f\" y=\"%.1f\">%s</text>\n",
+            RP_X0 - 22, y + 16, what);
 }
 
 /* Pack each stage's bars into at most RP_MAX_LANES sub-rows, greedily by
@@ -785,8 +785,7 @@ static void durations(FILE *f, const rp *r)
         dmax = 1;
     fputs("<h2 id=\"durations\">Task durations</h2>\n<p>Wall seconds of "
           "every succeeded attempt (<code>attempts.wall_s</code>), one dot "
-          "each; the bar marks the median, the text the 5th and 95th "
-          "percentiles.</p>\n", f);
+          "each; the bar marks the median.</p>\n", f);
     fprintf(f, "<svg class=\"plot\" viewBox=\"0 0 %.0f %.0f\" width=\"%.0f\""
                " height=\"%.0f\" xmlns=\"http://www.w3.org/2000/svg\">\n",
             RP_W, h, RP_W, h);
@@ -807,29 +806,49 @@ static void durations(FILE *f, const rp *r)
             fprintf(f, "<circle class=\"dot\" cx=\"%.2f\" cy=\"%.1f\" "
                        "r=\"2.5\"/>", xmap(d[i], dmax), y + 8);
         if (n > 0) {
-            double med = d[n / 2], p5 = d[(size_t)(0.05 * (n - 1))];
-            double p95 = d[(size_t)(0.95 * (n - 1) + 0.5)];
-            char a[32], b[32];
-            fmt_dur(lab, sizeof(lab), med);
-            fmt_dur(a, sizeof(a), p5);
-            fmt_dur(b, sizeof(b), p95);
+            fmt_dur(lab, sizeof(lab), d[n / 2]);
             fprintf(f, "<line class=\"median\" x1=\"%.2f\" y1=\"%.1f\" "
                        "x2=\"%.2f\" y2=\"%.1f\"><title>median %s</title>"
-                       "</line><text class=\"tl0\" x=\"%.1f\" y=\"%.1f\">"
-                       "n=%zu, median %s, p5 %s, p95 %s</text>",
-                    xmap(med, dmax), y, xmap(med, dmax), y + 16, lab,
-                    RP_X1 - 250, y + 20, n, lab, a, b);
+                       "</line>",
+                    xmap(d[n / 2], dmax), y, xmap(d[n / 2], dmax), y + 16,
+                    lab);
         }
         fputs("</g>\n", f);
     }
     axis(f, y, dmax, "task wall time");
-    fputs("</svg>\n", f);
+    fputs("</svg>\n<table><tr><th>stage</th><th>succeeded attempts</th>"
+          "<th>median</th><th>5th percentile</th><th>95th percentile</th>"
+          "<th>longest</th></tr>\n", f);
+    for (size_t s = 0; s < r->nstages; s++) {
+        size_t n = 0;
+        char q[4][32];
+        for (size_t i = 0; i < r->nbars; i++)
+            if (r->bars[i].stage == s &&
+                strcmp(r->bars[i].cls, "succeeded") == 0 &&
+                r->bars[i].wall_s >= 0)
+                d[n++] = r->bars[i].wall_s;
+        qsort(d, n, sizeof(*d), cmp_double);
+        fputs("<tr><td>", f);
+        esc(f, r->stages[s].name);
+        if (n == 0) {
+            fputs("</td><td>0</td><td></td><td></td><td></td><td></td></tr>\n",
+                  f);
+            continue;
+        }
+        fmt_dur(q[0], sizeof(q[0]), d[n / 2]);
+        fmt_dur(q[1], sizeof(q[1]), d[(size_t)(0.05 * (double)(n - 1))]);
+        fmt_dur(q[2], sizeof(q[2]), d[(size_t)(0.95 * (double)(n - 1) + 0.5)]);
+        fmt_dur(q[3], sizeof(q[3]), d[n - 1]);
+        fprintf(f, "</td><td>%zu</td><td>%s</td><td>%s</td><td>%s</td>"
+                   "<td>%s</td></tr>\n", n, q[0], q[1], q[2], q[3]);
+    }
+    fputs("</table>\n", f);
     free(d);
 }
 
 static void slo(FILE *f, rp *r)
 {
-    double tmax = time_max(r), h = 200, top = 10, bot = 160;
+    double tmax = time_max(r), h = 214, top = 24, bot = 174;
     sqlite3_stmt *st;
     int nev = 0;
     fputs("<h2 id=\"slo\">SLO and completion</h2>\n<p>The ledger keeps the "
@@ -871,9 +890,9 @@ static void slo(FILE *f, rp *r)
         } else {
             char lab[32];
             fmt_dur(lab, sizeof(lab), r->t_deadline);
-            fprintf(f, "<text class=\"tl\" x=\"%.1f\" y=\"%.1f\">deadline "
-                       "at %s, off the axis &#8594;</text>\n",
-                    RP_X1 - 80, top + 12, lab);
+            fprintf(f, "<text class=\"label\" x=\"%.1f\" y=\"%.1f\">"
+                       "deadline at %s, off the axis &#8594;</text>\n",
+                    RP_X1, top - 10, lab);
         }
     }
     if (!isnan(r->t_eta)) {
@@ -1265,7 +1284,7 @@ static const char css[] =
     "flex-wrap:wrap;gap:8px}figure{margin:0}figcaption{font-size:12px}"
     ".row{fill:#fff}.row.odd{fill:#f1f4f8}.label{font-size:12px;"
     "text-anchor:end}.tl{font-size:10px;text-anchor:middle}.tl0{font-size:"
-    "10px}.axis,.tick{stroke:#888}.bar{stroke:none}.bar.retry{stroke:#000;"
+    "10px}.axis,.tick{stroke:#888}.bar{stroke:#fff;stroke-width:.6}.bar.retry{stroke:#000;"
     "stroke-width:1.5}.o-succeeded{fill:#2e9d4a}.o-failed-retried{fill:"
     "#e15759}.o-failed{fill:#9c0d22}.o-preempted{fill:#f28e2b;stroke:#7a4100;"
     "stroke-dasharray:3 2}.o-lost{fill:#aaa;stroke:#444;stroke-dasharray:2 2}"
