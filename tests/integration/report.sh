@@ -11,7 +11,9 @@
 #   r3  the same with --reuse: every task already done (reused decisions).
 # Checked: for each request, one timeline row per stage, bars per stage and
 # their outcome classes as the ledger says, the Neuroglancer state; r2's
-# page shows 3 of 3 repeated tasks identical; strings from the ledger are
+# page shows 3 of 3 repeated tasks identical; a copy of the ledger with
+# failed, preempted, lost and dead-lettered attempts of r2 drawn in those
+# classes, retries outlined; strings from the ledger are
 # escaped (request ids cannot hold '<': a copy of the ledger whose request
 # id, stage name and error text hold markup gives a page with that text and
 # no element of it); a copy with rows of the wrong types (text for numbers,
@@ -102,6 +104,35 @@ p = P(); p.feed(open(sys.argv[1]).read())
 t = "".join(p.text)
 sys.exit(not ({"script", "img", "iframe"}.isdisjoint(p.tags) and sys.argv[2] in t
               and sys.argv[3] in t))' "$WORK/report-xss/index.html" "$XID" "$XST"
+
+# Every outcome class: a copy of the ledger where r2's ds1 task 0 failed
+# (retriable) on attempt 2, was preempted on attempt 3, was released as
+# attempt 4 and never reported, attempt 5 started and was never heard of
+# again, and attempt 6 was dead-lettered without an attempt; and its task
+# 1 failed on attempt 2 and was dead-lettered. (The rows the controller
+# would fold from such events; the real run gives succeeded, two runs of
+# one attempt and already-done above.)
+O=$WORK/outcomes.db
+sqlite3 "$L" ".backup '$O'"
+sqlite3 "$O" "
+  INSERT INTO attempts(task_key, request, attempt, worker, run, stage, state, started, finished, error_code, error, retriable)
+    SELECT task_key, request, 2, 'w9', 'x', 'ds1', 'failed', done_at, done_at, 'EIO', 'storage <down>', 1 FROM tasks WHERE request = 'r2' AND idx = 0;
+  INSERT INTO attempts(task_key, request, attempt, worker, run, stage, state, started, finished)
+    SELECT task_key, request, 3, 'w9', 'x', 'ds1', 'preempted', done_at, done_at FROM tasks WHERE request = 'r2' AND idx = 0;
+  INSERT INTO releases SELECT request, idx, 4, 'released', task_key, 'bulk', done_at, 'lost', NULL FROM tasks WHERE request = 'r2' AND idx = 0;
+  INSERT INTO releases SELECT request, idx, 5, 'released', task_key, 'bulk', done_at, 'lost', NULL FROM tasks WHERE request = 'r2' AND idx = 0;
+  INSERT INTO attempts(task_key, request, attempt, worker, run, stage, state, started)
+    SELECT task_key, request, 5, 'w9', 'y', 'ds1', 'started', done_at FROM tasks WHERE request = 'r2' AND idx = 0;
+  INSERT INTO releases SELECT request, idx, 6, 'dead_lettered', task_key, 'bulk', done_at, 'gave up', NULL FROM tasks WHERE request = 'r2' AND idx = 0;
+  INSERT INTO attempts(task_key, request, attempt, worker, run, stage, state, started, finished, error_code, error, retriable)
+    SELECT task_key, request, 2, 'w9', 'x', 'ds1', 'failed', done_at, done_at, 'EINVAL', 'bad', 0 FROM tasks WHERE request = 'r2' AND idx = 1;
+  INSERT INTO releases SELECT request, idx, 2, 'dead_lettered', task_key, 'bulk', done_at, 'fatal', NULL FROM tasks WHERE request = 'r2' AND idx = 1;"
+"$R" --ledger "$O" --request r2 --out "$WORK/report-outcomes" >/dev/null
+check "every outcome class drawn as the ledger's rows say (report_check.py)" \
+  "$PY" "$CHECK" "$O" r2 "$WORK/report-outcomes"
+check "  the classes are there: failed-retried, preempted, lost, dead-lettered" bash -c '
+  for c in failed-retried preempted lost dead-lettered; do
+    grep -q "data-outcome=\"$c\"" "$1" || { echo "  no $c bar"; exit 1; }; done' _ "$WORK/report-outcomes/index.html"
 
 # Rows of the wrong types: no crash, a page, the file unchanged.
 G=$WORK/garbage.db

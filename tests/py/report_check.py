@@ -17,6 +17,7 @@ ledger's rows, with the rules docs/report.md states:
   later attempt or release exists or the request finished, else running.
 Checked: every stage of the request has exactly one row; the number of bars
 per stage and the multiset of outcome classes per stage equal the truth;
+every bar of attempt 2 or later has the `retry` class (its outline);
 neuroglancer.json names every layer the request's stages wrote (but the
 alignment's match/solve parts); the link's state equals neuroglancer.json.
 Prints one line per check; exit 1 on any failure.
@@ -37,6 +38,7 @@ class Page(html.parser.HTMLParser):
         self.depth = 0
         self.ng_href = None
         self.elements = collections.Counter()
+        self.unmarked_retries = 0
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -50,6 +52,8 @@ class Page(html.parser.HTMLParser):
             self.cur = name
         if tag == "rect" and "bar" in cls and self.cur is not None:
             self.rows[self.cur].append(a.get("data-outcome"))
+            if int(a.get("data-attempt") or 0) > 1 and "retry" not in cls:
+                self.unmarked_retries += 1
         if tag == "a" and a.get("id") == "ng-link":
             self.ng_href = a.get("href")
 
@@ -131,6 +135,8 @@ def main():
         check("stage %s: outcomes %s" % (s, dict(collections.Counter(got))),
               collections.Counter(got) == collections.Counter(want[s]))
     check("no script element in the page", page.elements["script"] == 0)
+    check("every bar of attempt 2 or later is outlined as a retry",
+          page.unmarked_retries == 0)
     state = json.load(open(out + "/neuroglancer.json"))
     layers = {l["name"]: l for l in state["layers"]}
     dataset = db.execute("SELECT dataset FROM requests WHERE id = ?",
