@@ -27,8 +27,11 @@
 #  4. Each panel's screenshot is checked with Pillow + numpy: not blank,
 #     not uniform (luminance standard deviation and distinct colours);
 #     that check refuses a uniform and a blank image (negative control).
+#  5. The request's run report (cnx-report) rendered in the same chromium:
+#     its full-page screenshot not blank, every stage of the request in the
+#     ledger a drawn timeline row (acceptance/report_browser_check.js).
 # CNX_NG_LAYERS=base leaves out the layers named ANNOTATIONS and MULTIRES
-# below. Screenshots: $(dirname "$CNX_BIN")/browser-test/*.png, their paths
+# below. Screenshots (report.png: the run report): $(dirname "$CNX_BIN")/browser-test/*.png, their paths
 # printed. Runs in about a minute on two cores.
 source "$(dirname "$0")/lib.sh"
 DATA=$WORK/data
@@ -182,5 +185,37 @@ Image.new("RGB", (512, 361), (0, 0, 0)).save(sys.argv[2])' "$WORK/uniform.png" "
 check "png_check.py refuses a uniform and a blank panel" \
   bash -c '! "$1" "$2" "$3" >/dev/null && ! "$1" "$2" "$4" >/dev/null' _ \
   "$PY" "$SRC/acceptance/png_check.py" "$WORK/uniform.png" "$WORK/blank.png"
+# 5. The request's run report (cnx-report, docs/report.md) in the same
+# chromium: a full-page screenshot not blank (Pillow + numpy), and every
+# stage of the request in the ledger (sqlite3) a drawn timeline row with
+# drawn bars. About 5 s.
+"$BIN/cnx-report" --ledger "$WORK/ledger.db" --request ng-pred --out "$WORK/report" \
+  --layer-url-base "$DATA_URL" >/dev/null
+set +e
+NODE_PATH=$TOOLS/node_modules node "$SRC/acceptance/report_browser_check.js" \
+  "$WORK/report/index.html" "$WORK/report/report.png" >"$WORK/report/rows.json" 2>"$WORK/report/browser.err"
+RC=$?
+set -e
+check "the run report loads in chromium, fetching nothing (rc $RC)" \
+  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); print("  " + "; ".join(d["problems"])) if d["problems"] else None; sys.exit(bool(d["problems"]))' "$WORK/report/rows.json"
+cp "$WORK/report/report.png" "$SHOTS/report.png" 2>/dev/null || true
+check "the run report's full-page screenshot is neither blank nor uniform (Pillow + numpy)" \
+  "$PY" "$SRC/acceptance/png_check.py" "$SHOTS/report.png"
+check "every stage of ng-pred in the ledger has a drawn timeline row with its bars" \
+  "$PY" - "$WORK/ledger.db" "$WORK/report/rows.json" <<'PY'
+import json, sqlite3, sys
+db = sqlite3.connect("file:%s?mode=ro" % sys.argv[1], uri=True)
+want = {s: n for s, n in db.execute(
+    "SELECT s.stage, (SELECT count(*) FROM attempts a JOIN tasks t ON t.task_key = a.task_key"
+    " AND t.request = a.request WHERE t.request = s.request AND t.stage = s.stage)"
+    " FROM stages s WHERE s.request = 'ng-pred'")}
+rows = {r["stage"]: r for r in json.load(open(sys.argv[2]))["rows"]}
+bad = [s for s in want if s not in rows or rows[s]["width"] <= 0 or rows[s]["height"] <= 0
+       or rows[s]["bars_drawn"] < want[s]]
+print("  %d stages in the ledger, %d timeline rows drawn: %s" % (len(want), len(rows), ", ".join(
+    "%s (%d of %d attempts drawn)" % (s, rows.get(s, {}).get("bars_drawn", 0), want[s]) for s in want)))
+sys.exit(1 if bad or not want else 0)
+PY
+echo "run report: $WORK/report/index.html (screenshot $WORK/report/report.png, kept with KEEP_WORK=1)"
 for f in "$SHOTS"/*.png; do echo "screenshot: $f"; done
 finish

@@ -389,6 +389,14 @@ for r in demo-run1 demo-run2 demo-pipe demo-pipe2 demo-pred; do
 done
 
 echo
+echo "== run reports (cnx-report: timeline, costs, SLO, bit-identity, Neuroglancer state; docs/report.md)"
+report_base=()
+case $dataset in file://*) report_base=(--layer-url-base "http://127.0.0.1:${CNX_DEMO_PORT:-8080}/${dataset#file://"$out"/}") ;; esac
+for r in demo-run1 demo-run2 demo-pipe demo-pipe2 demo-pred; do
+  "$bin/cnx-report" --ledger "$ledger" --request "$r" --out "$out/report/$r" "${report_base[@]}" ||
+    problems+=("cnx-report $r failed")
+done
+echo
 echo "== every manifest in the ledger (lineage.envelope) verified with the openssl CLI alone"
 mkdir -p "$out/envelopes"
 q "SELECT writefile('$out/envelopes/' || printf('p%d-%06d', partition, offset) || '.json', envelope)
@@ -542,6 +550,7 @@ echo "  synapses: $syn_line"
 echo "  synapse annotations: ${ann_line:-(not run)}"
 echo "manifests: $verified of $nenv verified with the openssl CLI alone; ledger checked independently for $ledger_ok of 5 requests"
 echo "cnx-verify: $verify_line"
+echo "run report of the pipeline: $out/report/demo-pipe/index.html (every request's: $out/report/*/index.html)"
 if [ "$store" = s3 ]; then
   echo "store: $dataset on s3rver at $AWS_ENDPOINT_URL; the workers' read cache $out/cache holds $(find "$out/cache" -type f -path '*/sha256/*' 2>/dev/null | wc -l) objects"
 fi

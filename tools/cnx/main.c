@@ -23,6 +23,8 @@ static const char *const commands[][2] = {
     {"replay", "finish a request whose tasks were dead-lettered"},
     {"submit", "publish the tasks of a stage over a region"},
     {"verify", "the auditor's tool: signatures, bytes, lineage, ledger"},
+    {"report", "the run report of a request: HTML timeline, costs, SLO, "
+               "Neuroglancer state"},
     {"tune", "fit the segmentation parameters to a ground-truth cube"},
     {"downsample", "worker: one mip level of a layer's pyramid per task"},
     {"montage", "worker: one stitched section per task"},
