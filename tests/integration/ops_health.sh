@@ -39,11 +39,11 @@ broker_up() { # cnx-broker on $PORT -> BOOT, BROKER_PID
   wait_for 10 test -s "$WORK/broker.out"
   BOOT=$(head -n1 "$WORK/broker.out")
 }
-code() { # url [curl args]: the HTTP status (000: no answer)
+code() { # [curl args] url: the HTTP status (000: no answer)
   curl -s -o /dev/null -m 5 -w '%{http_code}' "$@" || true
 }
 body() { curl -s -m 5 "$@" || true; }
-is() { [ "$(code "$2")" = "$1" ]; }
+is() { local want=$1; shift; [ "$(code "$@")" = "$want" ]; }
 lint() { # url: promtool has nothing to say about the exposition
   local out
   curl -sf -m 5 "$1" >"$WORK/scrape.txt" || { echo "  no scrape of $1"; return 1; }
@@ -73,6 +73,7 @@ for ep in "$W" "$C"; do
   check "$who / 404" is 404 "$ep/"
   check "$who POST /metrics 405" is 405 -X POST -d x=1 "$ep/metrics"
   check "$who POST /readyz 405" is 405 -X POST "$ep/readyz"
+  check "  saying Allow: GET" eval 'curl -s -m 5 -i -X POST "$ep/readyz" | grep -q "^Allow: GET"'
   check "$who: a request line that does not parse is 400" eval \
     '[ "$(printf "BROKEN\r\n\r\n" | timeout 5 "$PY" -c "import socket,sys
 s = socket.create_connection((\"127.0.0.1\", int(sys.argv[1])))
@@ -100,7 +101,7 @@ check "controller: its own series too" grep -q '^cnx_controller_messages_applied
 pst=$(sed -n 's/^process_start_time_seconds \([0-9]*\).*/\1/p' "$WORK/worker.prom")
 pss=$(date -d "$(ps -o lstart= -p "$W1")" +%s)
 check "process_start_time_seconds $pst is ps's start $pss (+-2 s)" \
-  [ $((pst - pss)) -le 2 ] -a $((pss - pst)) -le 2 ]
+  [ $((pst - pss)) -le 2 -a $((pss - pst)) -le 2 ]
 
 # ---- run 1: the broker goes away for good ----------------------------------
 kill -9 "$BROKER_PID"
