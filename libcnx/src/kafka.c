@@ -1377,6 +1377,12 @@ unsigned cnx_consumer_reconnects(cnx_consumer *consumer)
     return n;
 }
 
+int cnx_consumer_joined(const cnx_consumer *consumer)
+{
+    assert(consumer != NULL);
+    return consumer->assigned;
+}
+
 double cnx_consumer_unreachable_s(cnx_consumer *consumer)
 {
     double down;

@@ -638,7 +638,8 @@ static int announce_done(worker *w, const cnx_task *task, int attempt,
  * Publish this turn of the loop and the readiness (/healthz, /readyz).
  * Not ready: draining (SIGTERM seen: no new task), no broker has answered
  * either lane for --ready-timeout (the clock the --broker-timeout give-up
- * uses), or the signing key is not loaded. Storage is not probed: each
+ * uses), a lane has not joined its group yet (so a worker started with no
+ * broker is not ready), or the signing key is not loaded. Storage is not probed: each
  * task names its own dataset store, so there is no store to ask before a
  * task comes; a storage outage shows as retried requests and failed
  * attempts (cnx_store_requests_total, cnx_task_failures_total).
@@ -663,6 +664,10 @@ static void publish_health(worker *w)
         snprintf(why, sizeof(why), "broker unreachable for %.0f s "
                  "(bootstrap %s)", down,
                  w->opts->kafka.brokers ? w->opts->kafka.brokers : "?");
+    else if (!cnx_consumer_joined(w->lanes[0]) ||
+             !cnx_consumer_joined(w->lanes[1]))
+        snprintf(why, sizeof(why), "joining the consumer groups of "
+                 "cnx.tasks.%s (urgent and bulk lanes)", w->stage->name);
     else if (w->key == NULL)
         snprintf(why, sizeof(why), "signing key not loaded");
     else

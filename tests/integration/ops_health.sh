@@ -11,7 +11,8 @@
 # Run 1: the broker is killed: /readyz turns 503 naming the broker within
 # the readiness time plus a margin, cnx_ready drops to 0, /healthz
 # answers 200 as long as the worker lives, and the worker gives up and
-# exits 1 saying why. Run 2: the broker comes back on the same port; a
+# exits 1 saying why; a worker started meanwhile is never ready (503
+# while it tries to join, then naming the broker) and exits 1 too. Run 2: the broker comes back on the same port; a
 # new worker is ready; the broker is killed and started again before the
 # give-up: /readyz is 200 again and the worker is still running past the
 # moment it would have given up. Every wait is bounded. About 80 s.
@@ -19,11 +20,11 @@ source "$(dirname "$0")/../../acceptance/lib.sh"
 command -v promtool >/dev/null || { echo "needs promtool (apt-get install prometheus)"; exit 77; }
 command -v curl >/dev/null || { echo "needs curl"; exit 77; }
 
-# Three free ports below the kernel's ephemeral range: the broker's and
-# the two metrics ports.
-read -r PORT WM CM < <("$PY" -c 'import random, socket
+# Four free ports below the kernel's ephemeral range: the broker's and
+# three metrics ports.
+read -r PORT WM CM W0M < <("$PY" -c 'import random, socket
 for _ in range(200):
-    ps = random.sample(range(20000, 32000), 3)
+    ps = random.sample(range(20000, 32000), 4)
     try:
         for q in ps:
             s = socket.socket(); s.bind(("127.0.0.1", q)); s.close()
@@ -110,6 +111,20 @@ check "  naming the broker" eval 'body "$W/readyz" | grep -q "^broker unreachabl
 check "controller /readyz turns 503 within 3 + 12 s" wait_for 15 is 503 "$C/readyz"
 check "  naming the broker" eval 'body "$C/readyz" | grep -q "^broker unreachable"'
 check "worker cnx_ready 0" eval 'body "$W/metrics" | grep -qx "cnx_ready 0"'
+# A worker started now, with no broker, is never ready: first joining its
+# groups, then the broker unreachable.
+start_worker w0 --metrics-port "$W0M" --ready-timeout 3 --broker-timeout 20
+W0=$WPID
+saw_ready=0
+unready() {
+  local b; b=$(body "http://127.0.0.1:$W0M/readyz")
+  [ "$b" = ready ] && saw_ready=1
+  case "$b" in "broker unreachable for "*) return 0 ;; esac
+  return 1
+}
+check "a worker started without a broker: /readyz says the broker is unreachable" wait_for 20 unready
+check "  and never said ready" [ "$saw_ready" = 0 ]
+check "  (503)" is 503 "http://127.0.0.1:$W0M/readyz"
 # /healthz until the worker is gone: 200 every time it answers.
 ok=0; bad=0
 end=$((SECONDS + 45))
@@ -127,6 +142,10 @@ check "/healthz answered 200 while it waited ($ok times), nothing else ($bad)" \
 set +e; wait "$W1"; W1RC=$?; set -e
 check "worker exit status 1 ($W1RC)" [ "$W1RC" = 1 ]
 check "  saying why in one line" grep -q "^cnx-downsample: broker unreachable for 20 s (bootstrap $BOOT)" "$WORK/w1.log"
+
+wait_for 25 gone "$W0" || true
+set +e; wait "$W0"; W0RC=$?; set -e
+check "the worker started without a broker exits 1 too ($W0RC)" [ "$W0RC" = 1 ]
 
 # ---- run 2: the broker comes back before the give-up ------------------------
 broker_up

@@ -225,6 +225,14 @@ unsigned cnx_consumer_reconnects(cnx_consumer *consumer);
 double cnx_consumer_unreachable_s(cnx_consumer *consumer);
 
 /**
+ * Whether a group member has been given its first assignment (maybe
+ * empty): it has reached the cluster and joined its group once.
+ * Thread-safety: the thread that polls the consumer (the assignment is
+ * made inside cnx_consumer_poll).
+ */
+int cnx_consumer_joined(const cnx_consumer *consumer);
+
+/**
  * The cluster id the cluster last reported (Kafka's ClusterId), asked for
  * if not known yet.
  * @return 0; CNX_EIO if the cluster does not answer within timeout_ms or
