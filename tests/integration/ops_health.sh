@@ -4,7 +4,7 @@
 #
 # A broker on a fixed port, the controller and an idle cnx-downsample
 # worker, each with --metrics-port and --ready-timeout 3; the worker has
-# --broker-timeout 20. Both serve /metrics (200, and `promtool check
+# --broker-timeout 15. Both serve /metrics (200, and `promtool check
 # metrics` finds nothing to say; cnx_build_info names the commit
 # --version prints; the process_* series are there), /healthz 200,
 # /readyz 200 (a query string ignored), /nope 404, POST /metrics 405.
@@ -12,10 +12,10 @@
 # the readiness time plus a margin, cnx_ready drops to 0, /healthz
 # answers 200 as long as the worker lives, and the worker gives up and
 # exits 1 saying why; a worker started then, with no broker, is never
-# ready (503 while it tries to join, then naming the broker). Run 2: the broker comes back on the same port; a
-# new worker is ready; the broker is killed and started again before the
+# ready (503 while it tries to join, then naming the broker). Run 2: the
+# broker comes back on the same port; a new worker is ready; the broker is killed and started again before the
 # give-up: /readyz is 200 again and the worker is still running past the
-# moment it would have given up. Every wait is bounded. About 80 s.
+# moment it would have given up. Every wait is bounded. About 70 s.
 source "$(dirname "$0")/../../acceptance/lib.sh"
 command -v promtool >/dev/null || { echo "needs promtool (apt-get install prometheus)"; exit 77; }
 command -v curl >/dev/null || { echo "needs curl"; exit 77; }
@@ -31,6 +31,7 @@ for _ in range(200):
     except OSError:
         continue
     print(*ps); break')
+BT=15 # the workers' --broker-timeout
 broker_up() { # cnx-broker on $PORT -> BOOT, BROKER_PID
   rm -f "$WORK/broker.out"
   "$BIN/cnx-broker" --partitions 2 --stages downsample --port "$PORT" \
@@ -57,7 +58,7 @@ gone() { ! alive "$1"; }
 broker_up
 check "cnx-broker listens on the port asked for" [ "$BOOT" = "127.0.0.1:$PORT" ]
 start_controller --metrics-port "$CM" --ready-timeout 3 --broker-timeout 300
-start_worker w1 --metrics-port "$WM" --ready-timeout 3 --broker-timeout 20
+start_worker w1 --metrics-port "$WM" --ready-timeout 3 --broker-timeout "$BT"
 W1=$WPID
 W="http://127.0.0.1:$WM"
 C="http://127.0.0.1:$CM"
@@ -123,16 +124,16 @@ while alive "$W1" && [ $SECONDS -lt $end ]; do
   fi
   sleep 0.5
 done
-check "worker gives up (exits) within 20 + 25 s" gone "$W1"
+check "worker gives up (exits) within $BT + 25 s" gone "$W1"
 check "/healthz answered 200 while it waited ($ok times), nothing else ($bad)" \
   [ "$ok" -gt 0 -a "$bad" -eq 0 ]
 set +e; wait "$W1"; W1RC=$?; set -e
 check "worker exit status 1 ($W1RC)" [ "$W1RC" = 1 ]
-check "  saying why in one line" grep -q "^cnx-downsample: broker unreachable for 20 s (bootstrap $BOOT)" "$WORK/w1.log"
+check "  saying why in one line" grep -q "^cnx-downsample: broker unreachable for $BT s (bootstrap $BOOT)" "$WORK/w1.log"
 
 # A worker started now, with no broker, is never ready: first joining its
 # groups, then the broker unreachable.
-start_worker w0 --metrics-port "$W0M" --ready-timeout 3 --broker-timeout 20
+start_worker w0 --metrics-port "$W0M" --ready-timeout 3 --broker-timeout "$BT"
 W0=$WPID
 saw_ready=0
 unready() {
@@ -149,7 +150,7 @@ kill -9 "$W0" 2>/dev/null || true
 # ---- run 2: the broker comes back before the give-up ------------------------
 broker_up
 check "the broker came back on the same port" [ "$BOOT" = "127.0.0.1:$PORT" ]
-start_worker w2 --metrics-port "$WM" --ready-timeout 3 --broker-timeout 20
+start_worker w2 --metrics-port "$WM" --ready-timeout 3 --broker-timeout "$BT"
 W2=$WPID
 check "new worker /readyz 200" wait_for 60 is 200 "$W/readyz"
 kill -9 "$BROKER_PID"
@@ -161,11 +162,11 @@ check "worker /readyz is 200 again" wait_for 20 is 200 "$W/readyz"
 check "controller /readyz is 200 again" wait_for 60 is 200 "$C/readyz"
 check "worker cnx_ready 1 again" eval 'body "$W/metrics" | grep -qx "cnx_ready 1"'
 # Past the moment it would have given up had the broker stayed away.
-left=$((T0 + 20 + 5 - SECONDS)); [ "$left" -gt 0 ] && sleep "$left"
+left=$((T0 + BT + 5 - SECONDS)); [ "$left" -gt 0 ] && sleep "$left"
 check "the worker is still running $((SECONDS - T0)) s after the kill" alive "$W2"
 check "  and ready" is 200 "$W/readyz"
 check "  and alive" is 200 "$W/healthz"
-check "  and never said it gave up" eval '! grep -q "broker unreachable for 20 s" "$WORK/w2.log"'
+check "  and never said it gave up" eval '! grep -q "broker unreachable for $BT s" "$WORK/w2.log"'
 if [ "$failed" -ne 0 ]; then
   tail -n 15 "$WORK/w1.log" "$WORK/w2.log" "$WORK/controller.log" 2>/dev/null || true
 fi
