@@ -15,7 +15,10 @@
 # ready (503 while it tries to join, then naming the broker). Run 2: the
 # broker comes back on the same port; a new worker is ready; the broker is killed and started again before the
 # give-up: /readyz is 200 again and the worker is still running past the
-# moment it would have given up. Every wait is bounded. About 70 s.
+# moment it would have given up. Draining: a request is submitted, the
+# worker takes a task (slowed by --slow-ms) and gets SIGTERM: /readyz
+# is 503 "draining", /healthz 200, and the worker exits 0 once its task
+# is done. Every wait is bounded. About 80 s.
 source "$(dirname "$0")/../../acceptance/lib.sh"
 command -v promtool >/dev/null || { echo "needs promtool (apt-get install prometheus)"; exit 77; }
 command -v curl >/dev/null || { echo "needs curl"; exit 77; }
@@ -150,7 +153,8 @@ kill -9 "$W0" 2>/dev/null || true
 # ---- run 2: the broker comes back before the give-up ------------------------
 broker_up
 check "the broker came back on the same port" [ "$BOOT" = "127.0.0.1:$PORT" ]
-start_worker w2 --metrics-port "$WM" --ready-timeout 3 --broker-timeout "$BT"
+start_worker w2 --metrics-port "$WM" --ready-timeout 3 --broker-timeout "$BT" \
+  --slow-ms 4000
 W2=$WPID
 check "new worker /readyz 200" wait_for 60 is 200 "$W/readyz"
 kill -9 "$BROKER_PID"
@@ -167,6 +171,22 @@ check "the worker is still running $((SECONDS - T0)) s after the kill" alive "$W
 check "  and ready" is 200 "$W/readyz"
 check "  and alive" is 200 "$W/healthz"
 check "  and never said it gave up" eval '! grep -q "broker unreachable for $BT s" "$WORK/w2.log"'
+
+# ---- draining: SIGTERM while a task runs ------------------------------------
+"$BIN/cnx-synth" --out "$WORK/data" --shape 128,128,128 --quiet
+"$BIN/cnx-reprocess" --controller-key "$CPUB" --brokers "$BOOT" --workflow pyramid \
+  --workflows "$SRC/workflows" --dataset "file://$WORK/data" \
+  --roi 0,0,0,128,128,128 --request rq1 --timeout 60 --quiet >/dev/null
+check "the worker takes a task" wait_for 30 eval \
+  'body "$W/metrics" | grep -qx "cnx_tasks_in_flight{stage=\"downsample\"} 1"'
+kill -TERM "$W2"
+check "after SIGTERM, during the grace: /readyz 503 draining" wait_for 3 eval \
+  'body "$W/readyz" | grep -q "^draining: stop requested"'
+check "  /healthz still 200" is 200 "$W/healthz"
+check "  cnx_ready 0" eval 'body "$W/metrics" | grep -qx "cnx_ready 0"'
+check "the worker finishes its task and exits 0" wait_for 30 gone "$W2"
+set +e; wait "$W2"; W2RC=$?; set -e
+check "  (exit status $W2RC)" [ "$W2RC" = 0 ]
 if [ "$failed" -ne 0 ]; then
   tail -n 15 "$WORK/w1.log" "$WORK/w2.log" "$WORK/controller.log" 2>/dev/null || true
 fi
