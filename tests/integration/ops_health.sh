@@ -58,6 +58,12 @@ lint() { # url: promtool has nothing to say about the exposition
 alive() { kill -0 "$1" 2>/dev/null; }
 gone() { ! alive "$1"; }
 
+for b in cnx-downsample cnx-controller; do
+  check "$b --ready-timeout 0 is refused (exit 2, one line)" eval \
+    '"$BIN/$b" --ready-timeout 0 2>"$WORK/usage.err"; [ $? -eq 2 ] && [ "$(wc -l <"$WORK/usage.err")" -eq 1 ]'
+  check "$b --help names /healthz, /readyz and --ready-timeout" eval \
+    '"$BIN/$b" --help | tr -s " \n" " " | grep -q "/healthz.*/readyz.*--ready-timeout"'
+done
 broker_up
 check "cnx-broker listens on the port asked for" [ "$BOOT" = "127.0.0.1:$PORT" ]
 start_controller --metrics-port "$CM" --ready-timeout 3 --broker-timeout 300
