@@ -111,8 +111,8 @@ cnx_http_route cnx__http_route(const char *head, size_t len)
     plen = (size_t)(p - path);
     version = ++p;
     vlen = (size_t)(head + end - version);
-    if (vlen != 8 || memcmp(version, "HTTP/1.", 7) != 0 ||
-        version[7] < '0' || version[7] > '9')
+    if (vlen != 8 || memcmp(version, "HTTP/1.", 7) != 0 || version[7] < '0' ||
+        version[7] > '9')
         return CNX_HTTP_BAD_REQUEST;
     /* The query string and fragment do not choose the resource. */
     for (size_t i = 0; i < plen; i++)
@@ -145,8 +145,8 @@ static void send_all(int fd, const char *data, size_t len)
     }
 }
 
-static void answer(int fd, int code, const char *extra_header,
-                   const char *type, const char *body)
+static void answer(int fd, int code, const char *extra_header, const char *type,
+                   const char *body)
 {
     static const struct {
         int code;
@@ -186,8 +186,10 @@ static void answer_health(int fd, int readiness)
         if (ok)
             snprintf(body, sizeof(body), "ok\n");
         else
-            snprintf(body, sizeof(body), "wedged: the main loop last turned "
-                     "%.0f s ago\n", age);
+            snprintf(body, sizeof(body),
+                     "wedged: the main loop last turned "
+                     "%.0f s ago\n",
+                     age);
     } else {
         ok = health.ready;
         snprintf(body, sizeof(body), "%s\n", ok ? "ready" : health.why);
@@ -281,9 +283,15 @@ static void serve_one(int fd)
         answer(fd, 405, "Allow: GET\r\n", "text/plain; charset=utf-8",
                "method not allowed: GET only\n");
         break;
-    case CNX_HTTP_METRICS: answer_metrics(fd); break;
-    case CNX_HTTP_HEALTHZ: answer_health(fd, 0); break;
-    case CNX_HTTP_READYZ: answer_health(fd, 1); break;
+    case CNX_HTTP_METRICS:
+        answer_metrics(fd);
+        break;
+    case CNX_HTTP_HEALTHZ:
+        answer_health(fd, 0);
+        break;
+    case CNX_HTTP_READYZ:
+        answer_health(fd, 1);
+        break;
     }
     /* Close gracefully: whatever the client sent beyond the head (a
      * body) is drained, so the close does not reset the connection
@@ -329,8 +337,10 @@ int cnx__http_metrics_start(int port, char *(*render)(void *ctx), void *ctx,
     addr.sin_port = htons((uint16_t)port);
     if (bind(server.fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
         listen(server.fd, 16) != 0) {
-        int rc = cnx_error_set(CNX_EIO, 0, "metrics: cannot listen on port "
-                               "%d: %s", port, strerror(errno));
+        int rc = cnx_error_set(CNX_EIO, 0,
+                               "metrics: cannot listen on port "
+                               "%d: %s",
+                               port, strerror(errno));
         close(server.fd);
         server.fd = -1;
         return rc;

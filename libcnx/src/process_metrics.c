@@ -111,13 +111,13 @@ size_t cnx__process_metrics_render(char *out, size_t cap)
 
     assert(out != NULL && cap > 0);
     out[0] = '\0';
-#define EMIT(...)                                                          \
-    do {                                                                   \
-        int w = snprintf(out + n, cap - n, __VA_ARGS__);                   \
-        if (w > 0 && (size_t)w < cap - n)                                  \
-            n += (size_t)w;                                                \
-        else                                                               \
-            out[n] = '\0';                                                 \
+#define EMIT(...)                                                              \
+    do {                                                                       \
+        int w = snprintf(out + n, cap - n, __VA_ARGS__);                       \
+        if (w > 0 && (size_t)w < cap - n)                                      \
+            n += (size_t)w;                                                    \
+        else                                                                   \
+            out[n] = '\0';                                                     \
     } while (0)
     build_version(version, sizeof(version));
     EMIT("# HELP cnx_build_info The build this process runs (as --version "
@@ -133,7 +133,8 @@ size_t cnx__process_metrics_render(char *out, size_t cap)
              (double)(ps.utime + ps.stime) / (double)tick);
         EMIT("# HELP process_virtual_memory_bytes Virtual memory size in "
              "bytes.\n# TYPE process_virtual_memory_bytes gauge\n"
-             "process_virtual_memory_bytes %llu\n", ps.vsize);
+             "process_virtual_memory_bytes %llu\n",
+             ps.vsize);
         if (page > 0)
             EMIT("# HELP process_resident_memory_bytes Resident memory "
                  "size in bytes.\n"
@@ -149,11 +150,13 @@ size_t cnx__process_metrics_render(char *out, size_t cap)
     }
     if (fds >= 0)
         EMIT("# HELP process_open_fds Number of open file descriptors.\n"
-             "# TYPE process_open_fds gauge\nprocess_open_fds %lld\n", fds);
+             "# TYPE process_open_fds gauge\nprocess_open_fds %lld\n",
+             fds);
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
         EMIT("# HELP process_max_fds Maximum number of open file "
              "descriptors.\n# TYPE process_max_fds gauge\n"
-             "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
+             "process_max_fds %llu\n",
+             (unsigned long long)rl.rlim_cur);
 #undef EMIT
     return n;
 }

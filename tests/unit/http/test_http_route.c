@@ -75,8 +75,7 @@ static void test_http_route__partial_reads(void **state)
     size_t line = strcspn(req, "\n");
     (void)state;
     for (size_t n = 0; n < strlen(req); n++) {
-        cnx_http_route want = n <= line ? CNX_HTTP_INCOMPLETE
-                                        : CNX_HTTP_READYZ;
+        cnx_http_route want = n <= line ? CNX_HTTP_INCOMPLETE : CNX_HTTP_READYZ;
         if (cnx__http_route(req, n) != want)
             fail_msg("prefix of %zu bytes: got %d, want %d", n,
                      (int)cnx__http_route(req, n), (int)want);
@@ -118,10 +117,13 @@ static int count(const char *text, const char *needle)
 
 static void test_process_metrics__series(void **state)
 {
-    static const char *names[] = {
-        "process_cpu_seconds_total", "process_resident_memory_bytes",
-        "process_virtual_memory_bytes", "process_start_time_seconds",
-        "process_open_fds", "process_max_fds", "cnx_build_info"};
+    static const char *names[] = {"process_cpu_seconds_total",
+                                  "process_resident_memory_bytes",
+                                  "process_virtual_memory_bytes",
+                                  "process_start_time_seconds",
+                                  "process_open_fds",
+                                  "process_max_fds",
+                                  "cnx_build_info"};
     char text[4096], more[4096], label[128];
     int fds[5];
     size_t n = cnx__process_metrics_render(text, sizeof(text));
