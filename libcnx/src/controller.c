@@ -32,6 +32,7 @@
 #include "cnx/log.h"
 #include "cnx/message.h"
 #include "cnx/url.h"
+#include "worker_int.h"
 
 static volatile sig_atomic_t stop_signal;
 
@@ -241,6 +242,38 @@ int cnx__ctl_apply_logged(ctl *c, const cnx_message *m)
     return apply_logged(c, m, NULL);
 }
 
+/*
+ * Publish this turn of the loop and the readiness (/healthz, /readyz).
+ * Not ready: draining (SIGTERM seen), the ledger not open, catching up
+ * on the log (at start, or after the broker came back with a shorter
+ * log: nothing is decided meanwhile), or no broker has answered the
+ * reader for --ready-timeout (the clock the --broker-timeout give-up
+ * uses).
+ */
+static void publish_health(ctl *c)
+{
+    char why[256];
+    double down = c->reader != NULL ? cnx_consumer_unreachable_s(c->reader)
+                                    : 0;
+    double limit = c->o->ready_timeout_s > 0 ? c->o->ready_timeout_s
+                                             : CNX_KAFKA_READY_TIMEOUT_S;
+    if (c->o->metrics_port <= 0)
+        return;
+    if (stop_signal)
+        snprintf(why, sizeof(why), "draining: stop requested");
+    else if (c->db == NULL)
+        snprintf(why, sizeof(why), "ledger not open");
+    else if (down > 0 && down >= limit)
+        snprintf(why, sizeof(why), "broker unreachable for %.0f s "
+                 "(bootstrap %s)", down,
+                 c->o->kafka.brokers ? c->o->kafka.brokers : "?");
+    else if (!c->live)
+        snprintf(why, sizeof(why), "catching up on the log");
+    else
+        why[0] = '\0';
+    cnx__http_health_update(why[0] != '\0' ? why : NULL);
+}
+
 /* Poll up to batch messages (waiting up to wait_ms for the first). */
 static int poll_batch(ctl *c, ctl_batch *b, int wait_ms)
 {
@@ -265,6 +298,7 @@ static int poll_batch(ctl *c, ctl_batch *b, int wait_ms)
         memset(&b->verdicts[b->n], 0, sizeof(b->verdicts[0]));
         b->msgs[b->n++] = m;
     }
+    publish_health(c);
     return 0;
 }
 

@@ -76,7 +76,14 @@ static void help(void)
         "                              task of its worker started either,\n"
         "                              is lost and released again (default\n"
         "                              3600; 0: only started tasks expire)\n"
-        "  --metrics-port PORT         serve Prometheus metrics\n"
+        "  --metrics-port PORT         serve HTTP on 0.0.0.0:PORT:\n"
+        "                              /metrics (Prometheus), /healthz\n"
+        "                              (200 while the loop turns), /readyz\n"
+        "                              (200 when caught up and the broker\n"
+        "                              answers; 503 and the reason if not)\n"
+        "  --ready-timeout S           /readyz says not ready once no\n"
+        "                              broker has answered for S seconds\n"
+        "                              (default 10)\n"
         "  --idle-exit SECONDS         exit after SECONDS with no message\n"
         "  -q, --quiet                 warnings and errors only\n"
         "  --version                   print the build\n"
@@ -107,7 +114,8 @@ int cnx_controller_parse_args(cnx_controller_opts *opts, int argc,
         O_ROOT,
         O_MAX_TASKS,
         O_RELEASE_LEASE,
-        O_BROKER_TIMEOUT
+        O_BROKER_TIMEOUT,
+        O_READY_TIMEOUT
     };
     static const struct option longopts[] = {
         {"brokers", required_argument, NULL, O_BROKERS},
@@ -126,6 +134,7 @@ int cnx_controller_parse_args(cnx_controller_opts *opts, int argc,
         {"max-tasks-per-request", required_argument, NULL, O_MAX_TASKS},
         {"release-lease", required_argument, NULL, O_RELEASE_LEASE},
         {"broker-timeout", required_argument, NULL, O_BROKER_TIMEOUT},
+        {"ready-timeout", required_argument, NULL, O_READY_TIMEOUT},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
@@ -141,6 +150,7 @@ int cnx_controller_parse_args(cnx_controller_opts *opts, int argc,
     opts->max_tasks = CNX_CONTROLLER_MAX_TASKS;
     opts->release_lease_s = CNX_CONTROLLER_RELEASE_LEASE;
     opts->kafka.client_id = "cnx-controller";
+    opts->ready_timeout_s = CNX_KAFKA_READY_TIMEOUT_S;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "q", longopts, NULL)) != -1) {
@@ -207,6 +217,12 @@ int cnx_controller_parse_args(cnx_controller_opts *opts, int argc,
                     optarg, &opts->kafka.broker_timeout_s) != 0)
                 return usage_error("bad --broker-timeout (seconds over 0, "
                                    "at most 86400)", optarg);
+            break;
+        case O_READY_TIMEOUT:
+            if (cnx_cli_double(optarg, 0.1, CNX_KAFKA_BROKER_TIMEOUT_MAX,
+                               &opts->ready_timeout_s))
+                return usage_error("bad --ready-timeout (seconds, 0.1 to "
+                                   "86400)", optarg);
             break;
         case 'q': opts->quiet = 1; break;
         case O_HELP: help(); return 1;

@@ -1377,6 +1377,22 @@ unsigned cnx_consumer_reconnects(cnx_consumer *consumer)
     return n;
 }
 
+int cnx_consumer_joined(const cnx_consumer *consumer)
+{
+    assert(consumer != NULL);
+    return consumer->assigned;
+}
+
+double cnx_consumer_unreachable_s(cnx_consumer *consumer)
+{
+    double down;
+    assert(consumer != NULL);
+    pthread_mutex_lock(&consumer->watch.lock);
+    down = consumer->watch.down_since;
+    pthread_mutex_unlock(&consumer->watch.lock);
+    return down > 0 ? cnx_now() - down : 0;
+}
+
 int cnx_consumer_cluster_id(cnx_consumer *consumer, char *buf, size_t n,
                             int timeout_ms)
 {

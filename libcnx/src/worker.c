@@ -634,6 +634,47 @@ static int announce_done(worker *w, const cnx_task *task, int attempt,
 
 /* ---- polling while busy ---------------------------------------------- */
 
+/*
+ * Publish this turn of the loop and the readiness (/healthz, /readyz).
+ * Not ready: draining (SIGTERM seen: no new task), no broker has answered
+ * either lane for --ready-timeout (the clock the --broker-timeout give-up
+ * uses), a lane has not joined its group yet (so a worker started with no
+ * broker is not ready), or the signing key is not loaded. Storage is not probed: each
+ * task names its own dataset store, so there is no store to ask before a
+ * task comes; a storage outage shows as retried requests and failed
+ * attempts (cnx_store_requests_total, cnx_task_failures_total).
+ */
+static void publish_health(worker *w)
+{
+    char why[256];
+    double down = 0;
+    if (w->opts->metrics_port <= 0)
+        return;
+    for (int lane = 0; lane < 2; lane++) {
+        double d = cnx_consumer_unreachable_s(w->lanes[lane]);
+        if (d > down)
+            down = d;
+    }
+    if (stop_signal || w->stop_at > 0)
+        snprintf(why, sizeof(why), "draining: stop requested, taking no new "
+                 "task (grace %.0f s)", w->opts->grace_s);
+    else if (down > 0 && down >= (w->opts->ready_timeout_s > 0
+                                      ? w->opts->ready_timeout_s
+                                      : CNX_KAFKA_READY_TIMEOUT_S))
+        snprintf(why, sizeof(why), "broker unreachable for %.0f s "
+                 "(bootstrap %s)", down,
+                 w->opts->kafka.brokers ? w->opts->kafka.brokers : "?");
+    else if (!cnx_consumer_joined(w->lanes[0]) ||
+             !cnx_consumer_joined(w->lanes[1]))
+        snprintf(why, sizeof(why), "joining the consumer groups of "
+                 "cnx.tasks.%s (urgent and bulk lanes)", w->stage->name);
+    else if (w->key == NULL)
+        snprintf(why, sizeof(why), "signing key not loaded");
+    else
+        why[0] = '\0';
+    cnx__http_health_update(why[0] != '\0' ? why : NULL);
+}
+
 /* Poll both lanes once (paused or not), queueing anything delivered. */
 static void poll_lanes(worker *w, int timeout_ms)
 {
@@ -664,6 +705,7 @@ static void poll_lanes(worker *w, int timeout_ms)
             cnx_message_free(m);
         }
     }
+    publish_health(w);
 }
 
 static void check_signal(worker *w)

@@ -63,8 +63,15 @@ static void help(const cnx_stage *stage)
            "  --allow-dirty           run a build made from a modified tree\n"
            "  --grace SECONDS         on SIGTERM, finish the current task if "
            "it fits (default 25)\n"
-           "  --metrics-port PORT     serve Prometheus metrics on "
-           "http://0.0.0.0:PORT/metrics\n"
+           "  --metrics-port PORT     serve HTTP on 0.0.0.0:PORT: "
+           "/metrics (Prometheus),\n"
+           "                          /healthz (200 while the loop turns), "
+           "/readyz (200\n"
+           "                          when ready, 503 and the reason when "
+           "not)\n"
+           "  --ready-timeout S       /readyz says not ready once no broker "
+           "has answered\n"
+           "                          for S seconds (default 10)\n"
            "  --session-timeout-ms N  group session timeout (default 45000)\n"
            "  --broker-timeout S      exit 1 once no broker has answered for\n"
            "                          S seconds (default 120)\n"
@@ -103,7 +110,7 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
         O_BROKERS = 256, O_KCONF, O_KEY, O_INSTANCE, O_GROUP, O_CONTAINER,
         O_DIRTY, O_GRACE, O_METRICS, O_MAXT, O_IDLE, O_SLOW, O_SESSION,
         O_HELP, O_VERSION, O_CACHE, O_CACHE_MAX, O_RETRY_WINDOW,
-        O_BROKER_TIMEOUT, O_CKEY, O_PREFETCH
+        O_BROKER_TIMEOUT, O_CKEY, O_PREFETCH, O_READY_TIMEOUT
     };
     static const struct option longopts[] = {
         {"brokers", required_argument, NULL, O_BROKERS},
@@ -125,6 +132,7 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
         {"prefetch", required_argument, NULL, O_PREFETCH},
         {"retry-window", required_argument, NULL, O_RETRY_WINDOW},
         {"broker-timeout", required_argument, NULL, O_BROKER_TIMEOUT},
+        {"ready-timeout", required_argument, NULL, O_READY_TIMEOUT},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
@@ -136,6 +144,7 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
     opts->grace_s = 25.0;
     opts->retry_window_s = CNX_WORKER_RETRY_WINDOW_S;
     opts->prefetch = 1;
+    opts->ready_timeout_s = CNX_KAFKA_READY_TIMEOUT_S;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "q", longopts, NULL)) != -1) {
@@ -210,6 +219,12 @@ int cnx_worker_parse_args(cnx_worker_opts *opts, const cnx_stage *stage,
                     optarg, &opts->kafka.broker_timeout_s) != 0)
                 return usage_error(stage, "bad --broker-timeout (seconds "
                                    "over 0, at most 86400)", optarg);
+            break;
+        case O_READY_TIMEOUT:
+            if (cnx_cli_double(optarg, 0.1, CNX_KAFKA_BROKER_TIMEOUT_MAX,
+                               &opts->ready_timeout_s) != 0)
+                return usage_error(stage, "bad --ready-timeout (seconds, "
+                                   "0.1 to 86400)", optarg);
             break;
         case 'q': opts->quiet = 1; break;
         case O_HELP: help(stage); return 1;

@@ -42,6 +42,8 @@ typedef struct cnx_controller_opts {
     double progress_s;      /* progress message period, default 1 */
     double at_risk_margin;  /* fraction of the request window, default 0.1 */
     int metrics_port;       /* 0: none */
+    double ready_timeout_s; /* /readyz 503 once no broker answered this
+                             * long (CNX_KAFKA_READY_TIMEOUT_S) */
     double idle_exit_s;     /* exit 0 after idle this long (0: never) */
     int batch;              /* messages applied per transaction, 1000 */
     /* Datasets a request may name: each a URL cnx_url_parse accepts (a

@@ -55,6 +55,10 @@ typedef struct cnx_kafka_opts {
 #define CNX_KAFKA_BROKER_TIMEOUT_S 120.0
 /* Largest --broker-timeout the programs accept (seconds, one day). */
 #define CNX_KAFKA_BROKER_TIMEOUT_MAX 86400.0
+/* Default --ready-timeout of the workers and the controller (seconds):
+ * /readyz answers 503 once no broker has answered for this long, well
+ * before the give-up at broker_timeout_s. */
+#define CNX_KAFKA_READY_TIMEOUT_S 10.0
 
 /**
  * Parse a --broker-timeout value: seconds, a decimal number over 0 and at
@@ -209,6 +213,24 @@ int cnx_consumer_commit(cnx_consumer *consumer, const cnx_message *msg);
  * or with a shorter log. Counted as cnx_consumer_poll runs.
  */
 unsigned cnx_consumer_reconnects(cnx_consumer *consumer);
+
+/**
+ * How long the cluster has not answered this consumer: seconds since the
+ * connection error that started the clock cnx_consumer_poll gives up on
+ * (broker_timeout_s), 0 while no such error is unanswered. Readiness
+ * (/readyz) reads it. Advances as cnx_consumer_poll runs (the errors and
+ * the probes that stop the clock are seen there).
+ * Thread-safety: any thread.
+ */
+double cnx_consumer_unreachable_s(cnx_consumer *consumer);
+
+/**
+ * Whether a group member has been given its first assignment (maybe
+ * empty): it has reached the cluster and joined its group once.
+ * Thread-safety: the thread that polls the consumer (the assignment is
+ * made inside cnx_consumer_poll).
+ */
+int cnx_consumer_joined(const cnx_consumer *consumer);
 
 /**
  * The cluster id the cluster last reported (Kafka's ClusterId), asked for

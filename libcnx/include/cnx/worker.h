@@ -113,6 +113,8 @@ typedef struct cnx_worker_opts {
     int allow_dirty;              /* run even if built from a dirty tree */
     double grace_s;               /* SIGTERM grace, default 25 */
     int metrics_port;             /* 0: no metrics endpoint */
+    double ready_timeout_s;       /* /readyz 503 once no broker answered
+                                   * this long (CNX_KAFKA_READY_TIMEOUT_S) */
     int64_t max_tasks;            /* exit 0 after this many (0: no limit) */
     double idle_exit_s;           /* exit 0 after idle this long (0: never) */
     int slow_ms;                  /* test only: sleep in each task */
