@@ -1279,6 +1279,16 @@ static int start(worker *w)
                              "uncommitted changes; production workers "
                              "refuse to run it (--allow-dirty to override)",
                              cnx_build_describe());
+    /* The metrics server first: while the clients below connect (seconds
+     * without a broker) /healthz answers 200 and /readyz 503 "starting",
+     * rather than nothing. */
+    w->metrics.stage = w->stage->name;
+    if (o->metrics_port > 0) {
+        rc = cnx__metrics_start(&w->metrics, o->metrics_port,
+                                &w->stop_metrics);
+        if (rc != 0)
+            return rc;
+    }
     rc = cnx_key_load_private(&w->key, o->key_path);
     if (rc == 0 && o->controller_key_path != NULL)
         rc = cnx_key_load_public(&w->controller, o->controller_key_path);
@@ -1313,13 +1323,6 @@ static int start(worker *w)
                           o->session_timeout_ms);
     if (rc != 0)
         return rc;
-    w->metrics.stage = w->stage->name;
-    if (o->metrics_port > 0) {
-        rc = cnx__metrics_start(&w->metrics, o->metrics_port,
-                                &w->stop_metrics);
-        if (rc != 0)
-            return rc;
-    }
     return 0;
 }
 

@@ -151,7 +151,12 @@ unready() {
   case "$b" in "broker unreachable for "*) return 0 ;; esac
   return 1
 }
-check "a worker started without a broker: /readyz says the broker is unreachable" wait_for 20 unready
+# Its metrics server answers from the start (503 "starting" while its
+# clients make their first, unanswered, metadata requests: about 15 s under
+# the sanitizers); the broker clock starts at its loop's first poll.
+check "a worker started without a broker answers /healthz 200 while starting" \
+  wait_for 10 is 200 "http://127.0.0.1:$W0M/healthz"
+check "a worker started without a broker: /readyz says the broker is unreachable" wait_for 60 unready
 check "  and never said ready" [ "$saw_ready" = 0 ]
 check "  (503)" is 503 "http://127.0.0.1:$W0M/readyz"
 kill -9 "$W0" 2>/dev/null || true
