@@ -87,13 +87,19 @@ check "metrics on :$port parse and count what worker 1 did" "$PY" - "$port" <<'P
 import re, sys, urllib.request
 text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=5).read().decode()
 samples = {}
+# Metric names as the exposition format defines them: the worker's cnx_*
+# series, and the process_* series every process serves beside them.
+name = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 for line in text.splitlines():
     if line.startswith("#"):
-        assert re.match(r"^# (HELP|TYPE) cnx_[a-z_]+ ", line), line
+        assert re.match(r"^# (HELP|TYPE) %s " % name, line), line
         continue
-    m = re.match(r'^(cnx_[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$', line)
+    m = re.match(r'^(%s)(\{[^}]*\})? ([0-9.eE+-]+)$' % name, line)
     assert m, "bad sample line: %r" % line
     samples[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+assert samples["cnx_ready"] in (0, 1), samples
+assert any(k.startswith("cnx_build_info{") for k in samples), samples
+assert samples["process_resident_memory_bytes"] > 0, samples
 ok = samples['cnx_tasks_total{stage="downsample",outcome="succeeded"}'] + \
      samples['cnx_tasks_total{stage="downsample",outcome="dead_lettered"}']
 assert ok >= 1, samples
