@@ -21,6 +21,7 @@
 #include "cnx/task.h"
 #include "cnx/url.h"
 #include "json_int.h"
+#include "ledger_sql_int.h"
 
 #define RELEASES_PER_ROUND 256
 
@@ -1053,14 +1054,9 @@ static int finish(ctl *c, const req_row *r, int64_t dead, int64_t never_run)
 
     /* Tasks whose key some other request had done by the time this one
      * was accepted, and which of them gave the same bytes again. */
-    st = ctl_stmt(c, "SELECT count(*), sum(t.state = 'done' AND NOT EXISTS "
-                     "(SELECT 1 FROM violations v WHERE v.task_key = "
-                     "t.task_key AND v.request = t.request)) FROM tasks t "
-                     "WHERE t.request = ?1 AND t.reused = 0 AND EXISTS "
-                     "(SELECT 1 FROM tasks u WHERE u.task_key = t.task_key "
-                     "AND u.request != t.request AND u.state = 'done' AND "
-                     "u.done_at <= (SELECT accepted FROM requests WHERE id = "
-                     "?1))");
+    st = ctl_stmt(c, "SELECT count(*), sum(" CNX_LEDGER_SQL_IDENTICAL
+                     ") FROM tasks t WHERE t.request = ?1 AND "
+                     CNX_LEDGER_SQL_REPEATED);
     if (st != NULL) {
         ctl_bind_text(st, 1, r->id);
         if (sqlite3_step(st) == SQLITE_ROW) {

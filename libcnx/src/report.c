@@ -26,6 +26,7 @@
 
 #include "cnx/error.h"
 #include "cnx/report.h"
+#include "ledger_sql_int.h"
 
 #define RP_MAX_LANES 12 /* sub-rows of a stage's timeline row */
 #define RP_W 1000.0     /* width of every plot */
@@ -478,14 +479,10 @@ static int read_costs(rp *r)
      * time this one was accepted) and which gave the same bytes: the
      * controller's own count in its `finished` summary, per stage here. */
     rc = prepare(r,
-                 "SELECT t.stage, count(*), coalesce(sum(t.state = 'done' "
-                 "AND NOT EXISTS (SELECT 1 FROM violations v WHERE "
-                 "v.task_key = t.task_key AND v.request = t.request)), 0) "
-                 "FROM tasks t WHERE t.request = ?1 AND t.reused = 0 AND "
-                 "EXISTS (SELECT 1 FROM tasks u WHERE u.task_key = "
-                 "t.task_key AND u.request != t.request AND u.state = "
-                 "'done' AND u.done_at <= (SELECT accepted FROM requests "
-                 "WHERE id = ?1)) GROUP BY t.stage",
+                 "SELECT t.stage, count(*), coalesce(sum("
+                 CNX_LEDGER_SQL_IDENTICAL "), 0) FROM tasks t WHERE "
+                 "t.request = ?1 AND " CNX_LEDGER_SQL_REPEATED
+                 " GROUP BY t.stage",
                  &st);
     if (rc != 0)
         return rc;
